@@ -1,0 +1,41 @@
+"""The answer of every attribution method: who, at which step, why, how sure, at what cost."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Candidate(BaseModel):
+    """One ranked suspect: a step, its agent and its share of blame."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0)
+    agent: str
+    score: float = Field(ge=0.0, le=1.0)
+
+
+class Cost(BaseModel):
+    """What an attribution spent: LLM calls, tokens and wall time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+
+class Attribution(BaseModel):
+    """Which agent caused the failure, at which decisive step, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str
+    step: int = Field(ge=0, description="0-based index of the decisive error step")
+    confidence: float = Field(ge=0.0, le=1.0)
+    reason: str
+    method: str = Field(description="e.g. heuristic, all_at_once, or heuristic(fallback:all_at_once)")
+    model: str | None = Field(default=None, description="the LLM used; None for offline methods")
+    candidates: list[Candidate] = Field(default_factory=list, description="best first")
+    cost: Cost = Field(default_factory=Cost)

@@ -1,0 +1,22 @@
+"""The ``otel-blame`` command group; each stage contributes its own subcommands."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from otel_blame import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="otel-blame")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Which agent broke your multi-agent LLM run, and at which step."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+if __name__ == "__main__":
+    main()

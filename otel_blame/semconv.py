@@ -1,0 +1,123 @@
+"""Every attribute, span and event name otel-blame reads or writes, in one place.
+
+The OpenTelemetry GenAI semantic conventions come first; then the names other
+instrumentations emit that we accept when building a Trajectory; then the project's
+own names; then the ``blame.*`` names the processor writes, which are a public interface.
+"""
+
+from __future__ import annotations
+
+# --- OpenTelemetry GenAI semantic conventions -------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_ID = "gen_ai.agent.id"
+GEN_AI_AGENT_DESCRIPTION = "gen_ai.agent.description"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_SYSTEM = "gen_ai.system"  # older name of gen_ai.provider.name, still emitted by many
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+
+# values of gen_ai.operation.name
+OP_INVOKE_WORKFLOW = "invoke_workflow"
+OP_INVOKE_AGENT = "invoke_agent"
+OP_CREATE_AGENT = "create_agent"
+OP_EXECUTE_TOOL = "execute_tool"
+OP_CHAT = "chat"
+OP_TEXT_COMPLETION = "text_completion"
+OP_GENERATE_CONTENT = "generate_content"
+
+# log records (events) that carry message content instead of span attributes
+EVENT_INFERENCE_DETAILS = "gen_ai.client.inference.operation.details"
+EVENT_SYSTEM_MESSAGE = "gen_ai.system.message"
+EVENT_USER_MESSAGE = "gen_ai.user.message"
+EVENT_ASSISTANT_MESSAGE = "gen_ai.assistant.message"
+EVENT_TOOL_MESSAGE = "gen_ai.tool.message"
+EVENT_CHOICE = "gen_ai.choice"
+EVENT_NAME = "event.name"
+
+# content capture switch shared with the opentelemetry-instrumentation-genai packages
+ENV_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+
+# --- general OpenTelemetry names ---------------------------------------------------------
+SERVICE_NAME = "service.name"
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+ERROR_TYPE = "error.type"
+
+# --- other instrumentations we accept ----------------------------------------------------
+# OpenInference (Arize Phoenix)
+OPENINFERENCE_SPAN_KIND = "openinference.span.kind"
+OPENINFERENCE_AGENT_NAME = "agent.name"
+OPENINFERENCE_INPUT_VALUE = "input.value"
+OPENINFERENCE_OUTPUT_VALUE = "output.value"
+OPENINFERENCE_TOOL_NAME = "tool.name"
+OPENINFERENCE_SESSION_ID = "session.id"
+# OpenLLMetry (Traceloop)
+TRACELOOP_SPAN_KIND = "traceloop.span.kind"
+TRACELOOP_ENTITY_NAME = "traceloop.entity.name"
+TRACELOOP_ENTITY_INPUT = "traceloop.entity.input"
+TRACELOOP_ENTITY_OUTPUT = "traceloop.entity.output"
+TRACELOOP_WORKFLOW_NAME = "traceloop.workflow.name"
+
+# --- otel-blame's own attributes, for what the conventions lack --------------------------
+STEP_INDEX = "otel_blame.step.index"
+STEP_ROLE = "otel_blame.step.role"  # the raw speaker label, e.g. "Orchestrator (-> WebSurfer)"
+STEP_KIND = "otel_blame.step.kind"  # message | tool | code_execution
+TASK_NAME = "otel_blame.task.name"
+TASK_INPUT = "otel_blame.task.input"
+TASK_EXPECTED_OUTPUT = "otel_blame.task.expected_output"
+TASK_FINAL_OUTPUT = "otel_blame.task.final_output"
+TASK_OUTCOME = "otel_blame.task.outcome"
+TASK_OUTCOME_REASON = "otel_blame.task.outcome_reason"
+CONTENT_TRUNCATED = "otel_blame.content.truncated"
+CONTENT_REDACTED = "otel_blame.content.redacted"
+INSTRUMENTATION_SOURCE = "otel_blame.instrumentation.source"  # which hook emitted the span
+
+OUTCOME_SUCCESS = "success"
+OUTCOME_FAILURE = "failure"
+
+# --- what the processor writes (public interface: never rename) -------------------------
+BLAME_CULPRIT = "blame.culprit"
+BLAME_AGENT = "blame.agent"
+BLAME_STEP = "blame.step"
+BLAME_SCORE = "blame.score"
+BLAME_CONFIDENCE = "blame.confidence"
+BLAME_REASON = "blame.reason"
+BLAME_METHOD = "blame.method"
+BLAME_MODEL = "blame.model"
+BLAME_ASSIGNED_EVENT = "blame.assigned"
+
+# --- span names ---------------------------------------------------------------------------
+
+
+def workflow_span_name(task_name: str) -> str:
+    """Root span of one task: ``invoke_workflow {name}``."""
+    return f"{OP_INVOKE_WORKFLOW} {task_name}"
+
+
+def agent_span_name(agent: str) -> str:
+    """One agent message: ``invoke_agent {agent}``."""
+    return f"{OP_INVOKE_AGENT} {agent}"
+
+
+def tool_span_name(tool: str) -> str:
+    """One tool or code execution: ``execute_tool {tool}``."""
+    return f"{OP_EXECUTE_TOOL} {tool}"
+
+
+def late_blame_span_name(agent: str) -> str:
+    """The span a late verdict adds to an already exported trace: ``blame {agent}``."""
+    return f"blame {agent}"

@@ -1,0 +1,97 @@
+"""The model of one run of a multi-agent application, as attribution sees it.
+
+Every source (spans from the processor, OTLP JSON files, Who&When logs, plain
+``{"history": [...]}`` files) becomes a :class:`Trajectory`; every attribution method
+takes one. Step indices are 0-based positions in ``steps`` and are what ``blame.step``
+reports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StepKind(StrEnum):
+    """What a step is: an agent's message, a tool call's result, or executed code's output."""
+
+    MESSAGE = "message"
+    TOOL = "tool"
+    CODE_EXECUTION = "code_execution"
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    UNKNOWN = "unknown"
+
+
+class Step(BaseModel):
+    """One message in the run, in the order it happened."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int = Field(ge=0, description="0-based position in the trajectory")
+    agent: str = Field(description="the agent that produced this step, normalised")
+    role: str = Field(default="assistant", description="the raw speaker or role label as recorded")
+    content: str = ""
+    kind: StepKind = StepKind.MESSAGE
+    tool_name: str | None = None
+    span_id: str | None = Field(default=None, description="hex span id when built from spans")
+    start_time_unix_nano: int | None = None
+    is_error: bool = Field(default=False, description="the span or tool reported an error")
+
+
+class Task(BaseModel):
+    """What the run was asked to do and what it produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "task"
+    input: str | None = None
+    expected_output: str | None = None
+    final_output: str | None = None
+    conversation_id: str | None = None
+
+
+class Trajectory(BaseModel):
+    """A whole run: the task, its ordered steps and its outcome."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Task = Field(default_factory=Task)
+    steps: list[Step] = Field(default_factory=list)
+    outcome: Outcome = Outcome.UNKNOWN
+    outcome_reason: str | None = None
+    trace_id: str | None = Field(default=None, description="hex trace id when built from spans")
+    root_span_id: str | None = None
+    source: str | None = Field(default=None, description="where it came from, e.g. a file name")
+
+    @model_validator(mode="after")
+    def _indices_are_positions(self) -> Trajectory:
+        for position, step in enumerate(self.steps):
+            if step.index != position:
+                raise ValueError(f"step at position {position} has index {step.index}")
+        return self
+
+    @property
+    def agents(self) -> list[str]:
+        """Distinct agent names in order of first appearance."""
+        seen: dict[str, None] = {}
+        for step in self.steps:
+            seen.setdefault(step.agent, None)
+        return list(seen)
+
+    def steps_of(self, agent: str) -> list[Step]:
+        return [step for step in self.steps if step.agent == agent]
+
+    @classmethod
+    def from_steps(cls, steps: list[dict] | list[Step], **fields: object) -> Trajectory:
+        """Build a trajectory renumbering steps 0..n-1 in the given order."""
+        built = []
+        for position, step in enumerate(steps):
+            data = step.model_dump() if isinstance(step, Step) else dict(step)
+            data["index"] = position
+            built.append(Step(**data))
+        return cls(steps=built, **fields)  # type: ignore[arg-type]
