@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(VENV)/bin/otel-blame demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check otel_blame tests bench
-	$(VENV)/bin/ruff format --check otel_blame tests bench
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q
