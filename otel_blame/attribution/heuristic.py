@@ -1,0 +1,244 @@
+"""The offline default: blame from content and structure alone, with no LLM and no network.
+
+Every step gets a score from general failure signals, then the best-scoring step wins:
+
+- **error signals**: a tool or code result that failed blames the step that wrote the code;
+  an error the run never recovered from weighs more than one fixed a step later;
+- **fabricated or assumed data**: "let's assume", placeholder / hypothetical / mock values,
+  answering from memory instead of looking something up;
+- **where the final answer entered**: the wrong final answer is traced back to the first step
+  whose content carries it (through a code result, to the code's author);
+- **a verifier approving a wrong result**: approval without new evidence is a weaker suspect;
+- **no progress afterwards**: a step after which the run reports being stuck or looping;
+- **earliest substantive decision**: errors propagate, so among similar suspects the earlier
+  one is preferred (a decay by order of substantive steps, not by benchmark positions).
+
+Nothing here knows agent names, role strings or positions from any benchmark; agents are only
+told apart by who wrote which step. Deterministic and linear in the trajectory's size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from otel_blame.attribution.base import AttributionError
+from otel_blame.attribution.result import Attribution, Candidate
+from otel_blame.trajectory import Step, StepKind, Trajectory
+
+METHOD_NAME = "heuristic"
+MAX_CANDIDATES = 5
+
+_ERROR = re.compile(
+    r"traceback \(most recent call last\)|\b\w*error\b:|\bexception\b|execution failed|exit ?code:? ?[1-9]"
+    r"|\bfailed to\b|\bnot found\b|\b40[134]\b|\b50[023]\b|\bunable to\b|\bcould not\b|\bcannot\b"
+    r"|\bno results?\b|\bnone\b|\bnan\b|\bempty\b",
+    re.IGNORECASE,
+)
+_HARD_ERROR = re.compile(
+    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|\w+error:|\w+exception:",
+    re.IGNORECASE,
+)
+_FABRICATION = re.compile(
+    r"\blet'?s assume\b|\bassum(?:e|ing|ption)\b|\bhypothetical\w*\b|\bplaceholder\b|\bdummy\b|\bmock\w*\b"
+    r"|\bsimulat\w+\b|\bfor (?:the sake of|illustration|demonstration)\b|\bexample (?:data|values?)\b"
+    r"|\bsample data\b|\bfictional\b|\bmade[- ]up\b|\bI (?:don't|do not|cannot|can't) (?:have )?access\b"
+    r"|\bbased on (?:my|general|common|prior) knowledge\b|\bfrom memory\b|\btypically\b|\bapproximately\b"
+    r"|\bI(?:'ll| will) use (?:a |an |the )?(?:known|estimated|typical)\b"
+    r"|\breplace (?:this|with) (?:the )?actual\b"
+    r"|\byour[_ ](?:api[_ ]key|file|path)\b|\bpath/to/\b|\bestimat\w+\b|\bplausible\b",
+    re.IGNORECASE,
+)
+_APPROVAL = re.compile(
+    r"\b(?:verified|confirm(?:ed|s)?|validated|is correct|are correct|looks correct|accurate(?:ly)?|"
+    r"everything (?:is|looks) (?:correct|fine|good)|I agree|agreed)\b",
+    re.IGNORECASE,
+)
+_STUCK = re.compile(
+    r"\"is_progress_being_made\":\s*\{[^}]*\"answer\":\s*false|\"is_in_loop\":\s*\{[^}]*\"answer\":\s*true"
+    r"|\bnot making progress\b|\bno progress\b|\bstuck\b|\bin a loop\b|\bunable to (?:find|locate|access)\b",
+    re.IGNORECASE,
+)
+_TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
+_CODE_BLOCK = re.compile(r"```")
+_ANSWER_MARKER = re.compile(
+    r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
+_ROUTING = re.compile(r"^\s*next speaker\b", re.IGNORECASE)
+
+
+@dataclass
+class _Scored:
+    step: Step
+    score: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    def add(self, amount: float, reason: str) -> None:
+        self.score += amount
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def _is_task_statement(step: Step, trajectory: Trajectory) -> bool:
+    """The request that started the run (a user/human step repeating the task) is not a suspect."""
+    task = trajectory.task.input
+    if step.index != 0 or not task:
+        return False
+    content = _normalise(step.content)
+    return content == _normalise(task) or (
+        len(content) < len(task) * 1.5 and _normalise(task)[:80] in content
+    )
+
+
+def _is_actor(step: Step, trajectory: Trajectory) -> bool:
+    """Steps an agent authored with something in them: suspects. Tool/code results are not."""
+    if step.kind != StepKind.MESSAGE:
+        return False
+    content = step.content.strip()
+    if not content or _TERMINATE_ONLY.match(content) or _ROUTING.match(content):
+        return False
+    return not _is_task_statement(step, trajectory)
+
+
+def _author_of(steps: list[Step], result: Step, actors: set[int]) -> int | None:
+    """The step that produced a tool/code result: the closest earlier authored step, preferring code."""
+    fallback = None
+    for index in range(result.index - 1, -1, -1):
+        if index not in actors:
+            continue
+        if _CODE_BLOCK.search(steps[index].content):
+            return index
+        if fallback is None:
+            fallback = index
+        if result.index - index > 3:
+            break
+    return fallback
+
+
+def _answer_tokens(text: str) -> set[str]:
+    """The distinctive bits of a final answer: numbers and bolded phrases."""
+    tokens = {match.replace(",", "") for match in _NUMBER.findall(text)}
+    tokens |= {_normalise(match) for match in _BOLD.findall(text)}
+    return {token for token in tokens if len(token) >= 2 and token not in {"10", "20", "00"}}
+
+
+def _final_answer(trajectory: Trajectory, actors: list[int]) -> str:
+    if trajectory.task.final_output:
+        return trajectory.task.final_output
+    for index in reversed(actors[-3:]):
+        content = trajectory.steps[index].content
+        marked = _ANSWER_MARKER.findall(content)
+        if marked:
+            return marked[-1]
+    return trajectory.steps[actors[-1]].content[-400:] if actors else ""
+
+
+class HeuristicAttribution:
+    """Offline, deterministic attribution from general failure signals (see the module docstring)."""
+
+    name = METHOD_NAME
+
+    def __init__(self, *, with_ground_truth: bool = False) -> None:
+        self.with_ground_truth = with_ground_truth
+
+    def attribute(self, trajectory: Trajectory) -> Attribution:
+        steps = trajectory.steps
+        if not steps:
+            raise AttributionError("the trajectory has no steps")
+        actor_list = [step.index for step in steps if _is_actor(step, trajectory)]
+        if not actor_list:
+            actor_list = [step.index for step in steps if step.kind == StepKind.MESSAGE] or [steps[0].index]
+        actors = set(actor_list)
+        scored = {index: _Scored(steps[index]) for index in actor_list}
+        order = {index: rank for rank, index in enumerate(actor_list)}
+
+        # earliest substantive decision: errors propagate forward
+        for index in actor_list:
+            scored[index].add(
+                1.0 / (1.0 + 0.35 * order[index]), "an early decision the rest of the run built on"
+            )
+
+        # error signals in tool / code results blame the step that wrote the code
+        results = [step for step in steps if step.kind != StepKind.MESSAGE or step.is_error]
+        for result in results:
+            hard = result.is_error or bool(_HARD_ERROR.search(result.content))
+            soft = not hard and bool(_ERROR.search(result.content[:2000]))
+            if not (hard or soft):
+                continue
+            author = _author_of(steps, result, actors)
+            if author is None:
+                continue
+            recovered = any(
+                later.kind != StepKind.MESSAGE
+                and not later.is_error
+                and not _HARD_ERROR.search(later.content)
+                for later in steps[result.index + 1 :]
+            )
+            weight = (0.6 if hard else 0.3) * (0.5 if recovered else 1.0)
+            scored[author].add(weight, "its code or tool call produced an error")
+
+        # fabricated or assumed data
+        for index in actor_list:
+            hits = len(_FABRICATION.findall(steps[index].content))
+            if hits:
+                scored[index].add(min(0.9, 0.45 + 0.15 * hits), "it relied on assumed or made-up data")
+
+        # where the final (wrong) answer first entered
+        answer = _final_answer(trajectory, actor_list)
+        tokens = _answer_tokens(answer)
+        if self.with_ground_truth and trajectory.task.expected_output:
+            tokens -= _answer_tokens(trajectory.task.expected_output)
+        if tokens:
+            for step in steps:
+                flat = step.content.replace(",", "")
+                present = {token for token in tokens if token in flat or token in _normalise(step.content)}
+                if len(present) * 2 >= len(tokens):
+                    target = step.index
+                    if step.index not in actors:
+                        target = _author_of(steps, step, actors) or -1
+                    if target in scored:
+                        scored[target].add(0.8, "the wrong final answer first appeared here")
+                    break
+
+        # a verifier approving without new evidence
+        for index in actor_list:
+            step = steps[index]
+            if order[index] > 0 and _APPROVAL.search(step.content) and not _CODE_BLOCK.search(step.content):
+                scored[index].add(0.15, "it approved a result without new evidence")
+
+        # the run never recovered after a step: the first step followed by a stuck / no-progress report
+        for position, index in enumerate(actor_list[:-1]):
+            following = steps[index + 1 : actor_list[position + 1] + 1]
+            if any(_STUCK.search(step.content) for step in following):
+                scored[index].add(0.4, "the run reported no progress right after it")
+                break
+
+        ranked = sorted(scored.values(), key=lambda item: (-item.score, item.step.index))
+        best = ranked[0]
+        total = sum(item.score for item in ranked) or 1.0
+        candidates = [
+            Candidate(
+                step=item.step.index, agent=item.step.agent, score=round(min(1.0, item.score / total), 4)
+            )
+            for item in ranked[:MAX_CANDIDATES]
+        ]
+        runner_up = ranked[1].score if len(ranked) > 1 else 0.0
+        confidence = round(
+            min(0.95, max(0.05, (best.score - runner_up) / (best.score + 1e-9) * 0.8 + 0.1)), 3
+        )
+        reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(best.reasons[:3]) + "."
+        return Attribution(
+            agent=best.step.agent,
+            step=best.step.index,
+            confidence=confidence,
+            reason=reason,
+            method=METHOD_NAME,
+            candidates=candidates,
+        )

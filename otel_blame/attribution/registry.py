@@ -1,0 +1,33 @@
+"""Method names -> attribution methods: the one place the CLI and the processor build them from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from otel_blame.attribution.base import AttributionMethod
+from otel_blame.attribution.heuristic import HeuristicAttribution
+from otel_blame.attribution.llm_client import LLMSettings
+
+DEFAULT_METHOD = "heuristic"
+
+_OFFLINE: dict[str, Callable[[bool], AttributionMethod]] = {
+    "heuristic": lambda with_ground_truth: HeuristicAttribution(with_ground_truth=with_ground_truth),
+}
+_LLM: dict[str, Callable[[LLMSettings, bool], AttributionMethod]] = {}
+
+METHOD_NAMES: tuple[str, ...] = (*_OFFLINE, *_LLM)
+
+
+def create_method(
+    name: str, *, llm: LLMSettings | None = None, with_ground_truth: bool = False
+) -> AttributionMethod:
+    """Build a method by name; LLM methods use ``llm`` or, when None, settings from the environment."""
+    if name in _OFFLINE:
+        return _OFFLINE[name](with_ground_truth)
+    if name in _LLM:
+        return _LLM[name](llm or LLMSettings.from_env(), with_ground_truth)
+    raise ValueError(f"unknown attribution method {name!r}; choose one of: {', '.join(METHOD_NAMES)}")
+
+
+def is_llm_method(name: str) -> bool:
+    return name in _LLM

@@ -1,0 +1,1 @@
+"""Benchmark datasets (Who&When) and the evaluation harness for attribution methods."""
