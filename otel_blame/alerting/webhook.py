@@ -1,0 +1,94 @@
+"""Delivering repeated-culprit alerts to a webhook without ever blocking the processor.
+
+Alerts go into a bounded queue and a background thread posts them as JSON, retrying with
+exponential backoff; when the queue is full the alert is counted as dropped and logged, since a
+notification must never hold up span delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from otel_blame.alerting.repeated import RepeatedCulpritAlert
+
+log = logging.getLogger(__name__)
+
+
+class WebhookSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    bearer_token: SecretStr | None = None
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    max_attempts: int = Field(default=5, ge=1)
+    initial_backoff_seconds: float = Field(default=0.5, ge=0)
+    queue_size: int = Field(default=1000, ge=1)
+
+
+class WebhookNotifier:
+    """``notify(alert)`` returns at once; ``close()`` drains what is queued, within a timeout."""
+
+    def __init__(self, settings: WebhookSettings) -> None:
+        self._settings = settings
+        self._queue: queue.Queue[RepeatedCulpritAlert | None] = queue.Queue(settings.queue_size)
+        self.delivered = 0
+        self.failed = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="otel-blame-webhook", daemon=True)
+        self._thread.start()
+
+    def notify(self, alert: RepeatedCulpritAlert) -> None:
+        try:
+            self._queue.put_nowait(alert)
+        except queue.Full:
+            self.dropped += 1
+            log.warning("webhook queue full; alert for agent %r not sent", alert.agent)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            alert = self._queue.get()
+            if alert is None:
+                return
+            if self._post(alert):
+                self.delivered += 1
+            else:
+                self.failed += 1
+
+    def _post(self, alert: RepeatedCulpritAlert) -> bool:
+        body = json.dumps({"kind": "otel_blame.repeated_culprit", **alert.model_dump()}).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "otel-blame"}
+        if self._settings.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {self._settings.bearer_token.get_secret_value()}"
+        backoff = self._settings.initial_backoff_seconds
+        for attempt in range(1, self._settings.max_attempts + 1):
+            request = urllib.request.Request(self._settings.url, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=self._settings.timeout_seconds) as response:
+                    if 200 <= response.status < 300:
+                        return True
+                    status: object = response.status
+            except urllib.error.HTTPError as error:
+                status = error.code
+                if 400 <= error.code < 500 and error.code not in (408, 429):
+                    log.warning("webhook refused alert (HTTP %s); not retrying", error.code)
+                    return False
+            except (urllib.error.URLError, OSError) as error:
+                status = type(error).__name__
+            log.info("webhook attempt %d/%d failed (%s)", attempt, self._settings.max_attempts, status)
+            if attempt < self._settings.max_attempts:
+                time.sleep(backoff)
+                backoff *= 2
+        log.warning("webhook alert for agent %r not delivered after %d attempts", alert.agent, attempt)
+        return False

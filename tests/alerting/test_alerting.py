@@ -1,0 +1,143 @@
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from otel_blame.alerting import (
+    CulpritMetrics,
+    RepeatedCulpritDetector,
+    RepeatedCulpritRule,
+    WebhookNotifier,
+    WebhookSettings,
+)
+from otel_blame.alerting.repeated import RepeatedCulpritAlert
+from otel_blame.attribution.result import Attribution, Cost
+
+
+def _blame(agent: str, method: str = "heuristic", tokens: int = 0) -> Attribution:
+    return Attribution(
+        agent=agent,
+        step=1,
+        confidence=0.5,
+        reason="r",
+        method=method,
+        cost=Cost(input_tokens=tokens, seconds=0.25),
+    )
+
+
+def test_metrics_render_counts_with_escaped_labels():
+    metrics = CulpritMetrics()
+    metrics.record_attribution(_blame("Coder"), service="shop")
+    metrics.record_attribution(_blame("Coder", method="heuristic(fallback:all_at_once)", tokens=40), "shop")
+    metrics.record_attribution(_blame('Web"Surfer\n'), service="shop")
+    metrics.record_trace("failure", attributed=True)
+    text = metrics.render()
+    assert 'otel_blame_attributions_total{service="shop",agent="Coder",method="heuristic"} 2' in text
+    assert 'agent="Web\\"Surfer\\n"' in text
+    assert 'otel_blame_attribution_fallbacks_total{method="heuristic"} 1' in text
+    assert 'otel_blame_llm_tokens_total{direction="input"} 40' in text
+    assert 'otel_blame_traces_total{outcome="failure",attributed="true"} 1' in text
+    assert "otel_blame_attribution_seconds_count 3" in text
+    assert metrics.attributions()[("shop", "Coder")] == 2
+
+
+def test_metrics_bound_agent_cardinality():
+    metrics = CulpritMetrics(max_agents=2)
+    for name in ["a", "b", "c", "d", "a"]:
+        metrics.record_attribution(_blame(name))
+    assert metrics.attributions() == {("", "a"): 2, ("", "b"): 1, ("", "other"): 2}
+
+
+def test_detector_fires_once_per_window_and_respects_cooldown():
+    now = [1000.0]
+    detector = RepeatedCulpritDetector(
+        RepeatedCulpritRule(threshold=3, window_seconds=60, cooldown_seconds=300), clock=lambda: now[0]
+    )
+    fired = []
+    for i in range(3):
+        now[0] += 10
+        fired.append(detector.observe("svc", "Coder", f"t{i}"))
+    assert fired[:2] == [None, None]
+    assert fired[2] is not None and fired[2].trace_ids == ["t0", "t1", "t2"] and fired[2].count == 3
+    now[0] += 10
+    assert detector.observe("svc", "Coder", "t3") is None  # cooldown
+    assert detector.observe("svc", "Planner", "t4") is None  # other agent counts apart
+    now[0] += 400
+    assert detector.observe("svc", "Coder", "t5") is None  # old blames left the window
+    now[0] += 1
+    detector.observe("svc", "Coder", "t6")
+    now[0] += 1
+    assert detector.observe("svc", "Coder", "t7") is not None
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    bodies: list = []
+    statuses: list = []
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        status = self.statuses.pop(0) if self.statuses else 200
+        if status == 200:
+            self.bodies.append((json.loads(body), self.headers.get("Authorization")))
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def receiver():
+    _Receiver.bodies, _Receiver.statuses = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, _Receiver
+    server.shutdown()
+    server.server_close()
+
+
+def _alert() -> RepeatedCulpritAlert:
+    return RepeatedCulpritAlert(
+        service="svc", agent="Coder", count=3, window_seconds=60, trace_ids=["t"], fired_at_unix=1.0
+    )
+
+
+def test_webhook_retries_5xx_then_delivers_with_token(receiver):
+    server, handler = receiver
+    handler.statuses = [503, 500]
+    notifier = WebhookNotifier(
+        WebhookSettings(
+            url=f"http://127.0.0.1:{server.server_port}/hook",
+            bearer_token="s3cret",
+            initial_backoff_seconds=0.01,
+        )
+    )
+    notifier.notify(_alert())
+    notifier.close()
+    assert notifier.delivered == 1 and notifier.failed == 0
+    ((body, auth),) = handler.bodies
+    assert body["kind"] == "otel_blame.repeated_culprit" and body["agent"] == "Coder"
+    assert auth == "Bearer s3cret"
+
+
+def test_webhook_down_never_raises_and_counts_failure():
+    notifier = WebhookNotifier(
+        WebhookSettings(url="http://127.0.0.1:9/unreachable", max_attempts=2, initial_backoff_seconds=0.01)
+    )
+    notifier.notify(_alert())
+    notifier.close()
+    assert notifier.failed == 1 and notifier.delivered == 0
+
+
+def test_webhook_client_error_is_not_retried(receiver):
+    server, handler = receiver
+    handler.statuses = [400, 200]
+    notifier = WebhookNotifier(
+        WebhookSettings(url=f"http://127.0.0.1:{server.server_port}/", initial_backoff_seconds=0.01)
+    )
+    notifier.notify(_alert())
+    notifier.close()
+    assert notifier.failed == 1 and handler.bodies == []
