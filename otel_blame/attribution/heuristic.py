@@ -56,7 +56,7 @@ _APPROVAL = re.compile(
 )
 _STUCK = re.compile(
     r"\"is_progress_being_made\":\s*\{[^}]*\"answer\":\s*false|\"is_in_loop\":\s*\{[^}]*\"answer\":\s*true"
-    r"|\bnot making progress\b|\bno progress\b|\bstuck\b|\bin a loop\b|\bunable to (?:find|locate|access)\b",
+    r"|\bnot making progress\b|\bno progress\b|\bstalled\b|\bin a loop\b",
     re.IGNORECASE,
 )
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
@@ -67,6 +67,13 @@ _ANSWER_MARKER = re.compile(
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
+_UNSATISFIED = re.compile(
+    r"\bnot (?:yet )?(?:been )?(?:fully )?"
+    r"(?:satisfied|found|identified|obtained|provided|confirmed|retrieved)\b"
+    r"|\bstill need\b|\bdid not (?:provide|find|return|show|include)\b|\bdoes not (?:provide|show|include)\b"
+    r"|\bno (?:relevant|specific|useful) (?:information|results?|data)\b|\bunable to\b|\bfailed to\b",
+    re.IGNORECASE,
+)
 _ROUTING = re.compile(r"^\s*next speaker\b", re.IGNORECASE)
 
 
@@ -87,14 +94,13 @@ def _normalise(text: str) -> str:
 
 
 def _is_task_statement(step: Step, trajectory: Trajectory) -> bool:
-    """The request that started the run (a user/human step repeating the task) is not a suspect."""
-    task = trajectory.task.input
-    if step.index != 0 or not task:
+    """The request that started the run is not a suspect: a first step that opens with the task text."""
+    if step.index != 0:
         return False
-    content = _normalise(step.content)
-    return content == _normalise(task) or (
-        len(content) < len(task) * 1.5 and _normalise(task)[:80] in content
-    )
+    task = _normalise(trajectory.task.input or "")
+    if not task:
+        return False
+    return _normalise(step.content).startswith(task[:60])
 
 
 def _is_actor(step: Step, trajectory: Trajectory) -> bool:
@@ -140,6 +146,31 @@ def _final_answer(trajectory: Trajectory, actors: list[int]) -> str:
     return trajectory.steps[actors[-1]].content[-400:] if actors else ""
 
 
+def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
+    """The agent that directs the others, if any: it writes many steps and names other agents in them.
+
+    Found from the run itself (who mentions whom), so it works whatever the agents are called.
+    """
+    agents = trajectory.agents
+    if len(agents) < 2 or not actors:
+        return None
+    by_agent: dict[str, list[Step]] = {}
+    for index in actors:
+        by_agent.setdefault(trajectory.steps[index].agent, []).append(trajectory.steps[index])
+    best, best_share = None, 0.0
+    for agent, authored in by_agent.items():
+        others = [other for other in agents if other != agent and len(other) >= 3]
+        if not others or len(authored) < 5:
+            continue
+        mentioning = sum(1 for step in authored if any(other in step.content for other in others))
+        share = mentioning / len(authored)
+        if share > best_share:
+            best, best_share = agent, share
+    if best is None or best_share < 0.35 or len(by_agent[best]) < 0.6 * len(actors) or len(by_agent) < 2:
+        return None
+    return best
+
+
 class HeuristicAttribution:
     """Offline, deterministic attribution from general failure signals (see the module docstring)."""
 
@@ -159,11 +190,17 @@ class HeuristicAttribution:
         scored = {index: _Scored(steps[index]) for index in actor_list}
         order = {index: rank for rank, index in enumerate(actor_list)}
 
-        # earliest substantive decision: errors propagate forward
+        # earliest substantive decision: errors propagate forward. When one agent directs the others,
+        # facts enter through the workers' reports, so the coordinator's own steps weigh less.
+        coordinator = _coordinator(trajectory, actor_list)
+        workers = [index for index in actor_list if steps[index].agent != coordinator]
+        worker_rank = {index: rank for rank, index in enumerate(workers)}
         for index in actor_list:
-            scored[index].add(
-                1.0 / (1.0 + 0.35 * order[index]), "an early decision the rest of the run built on"
-            )
+            if coordinator is not None and steps[index].agent == coordinator:
+                weight = 0.35 / (1.0 + 0.35 * order[index])
+            else:
+                weight = 1.0 / (1.0 + 0.35 * worker_rank[index])
+            scored[index].add(weight, "an early decision the rest of the run built on")
 
         # error signals in tool / code results blame the step that wrote the code
         results = [step for step in steps if step.kind != StepKind.MESSAGE or step.is_error]
@@ -206,6 +243,15 @@ class HeuristicAttribution:
                     if target in scored:
                         scored[target].add(0.8, "the wrong final answer first appeared here")
                     break
+
+        # delegated work the coordinator then found lacking: blame the worker's report
+        if coordinator is not None:
+            for index in workers:
+                following = next((step for step in steps[index + 1 :] if step.agent == coordinator), None)
+                if following is not None and _UNSATISFIED.search(following.content[:1500]):
+                    scored[index].add(
+                        0.3 / (1.0 + 0.5 * worker_rank[index]), "the coordinator found its report lacking"
+                    )
 
         # a verifier approving without new evidence
         for index in actor_list:
