@@ -49,6 +49,10 @@ EVENT_NAME = "event.name"
 
 # content capture switch shared with the opentelemetry-instrumentation-genai packages
 ENV_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# otel-blame's own settings: per-message content cap in bytes (default 64 KiB)
+ENV_MAX_CONTENT_BYTES = "OTEL_BLAME_MAX_CONTENT_BYTES"
+# the instrumentation scope (tracer name) of every span otel_blame.instrument emits
+INSTRUMENTATION_SCOPE = "otel_blame.instrument"
 
 # --- general OpenTelemetry names ---------------------------------------------------------
 SERVICE_NAME = "service.name"
@@ -71,6 +75,31 @@ TRACELOOP_ENTITY_NAME = "traceloop.entity.name"
 TRACELOOP_ENTITY_INPUT = "traceloop.entity.input"
 TRACELOOP_ENTITY_OUTPUT = "traceloop.entity.output"
 TRACELOOP_WORKFLOW_NAME = "traceloop.workflow.name"
+
+# AG2's built-in tracing (autogen.opentelemetry): its own span type next to the GenAI names
+AG2_SPAN_TYPE = "ag2.span.type"
+AG2_CODE_EXECUTION_OUTPUT = "ag2.code_execution.output"
+AG2_CODE_EXECUTION_EXIT_CODE = "ag2.code_execution.exit_code"
+AG2_TYPE_AGENT = "agent"
+AG2_TYPE_TOOL = "tool"
+AG2_TYPE_CODE_EXECUTION = "code_execution"
+AG2_TYPE_LLM = "llm"
+AG2_TYPE_CONVERSATION = "conversation"
+OP_EXECUTE_CODE = "execute_code"  # AG2's operation name for code execution spans
+OP_CONVERSATION = "conversation"  # AG2's operation name for a whole chat
+# values of openinference.span.kind
+OPENINFERENCE_KIND_AGENT = "AGENT"
+OPENINFERENCE_KIND_TOOL = "TOOL"
+OPENINFERENCE_KIND_LLM = "LLM"
+# values of traceloop.span.kind
+TRACELOOP_KIND_AGENT = "agent"
+TRACELOOP_KIND_TOOL = "tool"
+TRACELOOP_KIND_WORKFLOW = "workflow"
+# OpenLLMetry's indexed prompt/completion attributes: gen_ai.completion.{i}.content / .role
+OPENLLMETRY_COMPLETION_PREFIX = "gen_ai.completion."
+LLM_REQUEST_TYPE = "llm.request.type"
+# evaluation results recorded as span events (GenAI conventions)
+GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"
 
 # --- otel-blame's own attributes, for what the conventions lack --------------------------
 STEP_INDEX = "otel_blame.step.index"
