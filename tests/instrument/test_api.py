@@ -1,0 +1,337 @@
+"""The plain API: task / record_message / set_outcome, content handling, context and safety."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+from otel_blame import semconv
+from otel_blame.instrument import (
+    configure,
+    current_task,
+    executor_context,
+    hook_error_count,
+    record_message,
+    set_outcome,
+    task,
+)
+from otel_blame.redaction import Redactor
+
+
+def _content(span) -> str:
+    messages = json.loads(span.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])
+    assert len(messages) == 1
+    return "".join(part.get("content", "") for part in messages[0]["parts"])
+
+
+def test_task_and_messages_make_a_root_and_ordered_children(spans):
+    with task("solve", input="what is 6*7?", expected_output="42", conversation_id="conv-1") as run:
+        assert current_task() is run
+        assert record_message("planner", "let's compute") == 0
+        assert record_message("coder", "6*7 = 42", role="Coder (-> Critic)") == 1
+        assert record_message("critic", "looks right", role="user") == 2
+        set_outcome(True, final_output="42")
+    assert current_task() is None
+    root = spans.root()
+    assert root.name == "invoke_workflow solve" and root.parent is None
+    attrs = root.attributes
+    assert attrs[semconv.GEN_AI_OPERATION_NAME] == "invoke_workflow"
+    assert attrs[semconv.GEN_AI_CONVERSATION_ID] == "conv-1"
+    assert attrs[semconv.TASK_INPUT] == "what is 6*7?" and attrs[semconv.TASK_EXPECTED_OUTPUT] == "42"
+    assert attrs[semconv.TASK_OUTCOME] == "success" and attrs[semconv.TASK_FINAL_OUTPUT] == "42"
+    steps = spans.steps()
+    assert [s.name for s in steps] == ["invoke_agent planner", "invoke_agent coder", "invoke_agent critic"]
+    assert [s.attributes[semconv.STEP_INDEX] for s in steps] == [0, 1, 2]
+    for step in steps:
+        assert step.parent.span_id == root.context.span_id
+        assert step.context.trace_id == root.context.trace_id
+        assert step.attributes[semconv.GEN_AI_CONVERSATION_ID] == "conv-1"
+        assert step.attributes[semconv.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    coder = steps[1]
+    assert coder.attributes[semconv.GEN_AI_AGENT_NAME] == "coder"
+    assert coder.attributes[semconv.STEP_ROLE] == "Coder (-> Critic)"
+    message = json.loads(coder.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
+    assert message == {
+        "role": "assistant",
+        "parts": [{"type": "text", "content": "6*7 = 42"}],
+        "name": "coder",
+    }
+    assert json.loads(steps[2].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["role"] == "user"
+
+
+def test_failure_outcome_sets_error_status(spans):
+    with task("t"):
+        record_message("a", "x")
+        set_outcome(False, reason="wrong answer")
+    root = spans.root()
+    assert root.attributes[semconv.TASK_OUTCOME] == "failure"
+    assert root.attributes[semconv.TASK_OUTCOME_REASON] == "wrong answer"
+    assert root.status.status_code is StatusCode.ERROR and root.status.description == "wrong answer"
+
+
+def test_tool_and_code_execution_steps(spans):
+    with task("t"):
+        record_message(
+            "coder", None, tool_calls=[{"id": "c1", "function": {"name": "run", "arguments": "{}"}}]
+        )
+        record_message("executor", "ok", role="tool", kind="tool", tool_name="run", tool_call_id="c1")
+        record_message("executor", "exitcode: 0\nCode output: 42", kind="code_execution")
+    call, tool, code = spans.steps()
+    parts = json.loads(call.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
+    assert parts == [{"type": "tool_call", "name": "run", "arguments": "{}", "id": "c1"}]
+    assert (
+        tool.name == "execute_tool run" and tool.attributes[semconv.GEN_AI_OPERATION_NAME] == "execute_tool"
+    )
+    assert (
+        tool.attributes[semconv.STEP_KIND] == "tool" and tool.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "c1"
+    )
+    response = json.loads(tool.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert response == {"type": "tool_call_response", "id": "c1", "response": "ok"}
+    assert code.name == "invoke_agent executor" and code.attributes[semconv.STEP_KIND] == "code_execution"
+
+
+def test_no_content_switch(spans, monkeypatch):
+    monkeypatch.setenv(semconv.ENV_CAPTURE_MESSAGE_CONTENT, "NO_CONTENT")
+    with task("t", input="secret input"):
+        record_message("a", "secret message")
+        set_outcome(True, final_output="secret output")
+    everything = json.dumps([dict(s.attributes) for s in spans.all()])
+    assert "secret" not in everything
+    assert spans.steps()[0].attributes[semconv.STEP_INDEX] == 0
+
+
+def test_content_cap_with_marker_and_configurable(spans):
+    with task("t"):
+        record_message("a", "é" * 40_000)  # 80,000 bytes of UTF-8
+    step = spans.steps()[0]
+    text = _content(step)
+    assert step.attributes[semconv.CONTENT_TRUNCATED] is True
+    assert "[otel-blame: truncated; the message had 80000 bytes]" in text
+    kept = text.split("…[otel-blame")[0]
+    assert len(kept.encode()) <= 64 * 1024 and set(kept) == {"é"}
+
+    configure(max_content_bytes=1000)
+    with task("t2"):
+        record_message("a", "x" * 1000)
+        record_message("a", "x" * 1001)
+    exact, over = [s for s in spans.steps() if s.context.trace_id != step.context.trace_id]
+    assert semconv.CONTENT_TRUNCATED not in exact.attributes and _content(exact) == "x" * 1000
+    assert over.attributes[semconv.CONTENT_TRUNCATED] is True
+    with pytest.raises(ValueError):
+        configure(max_content_bytes=-5)
+
+
+def test_redaction_before_export_and_across_the_cut(spans):
+    configure(max_content_bytes=1000, redactor=Redactor(lambda t: t.replace("Zeus", "[codename]")))
+    secret = "sk-" + "A1b2C3d4" * 4
+    with task("t", input="mail me at boss@corp.example"):
+        record_message("a", "Zeus uses " + secret)
+        record_message("a", "y" * 990 + " " + secret)  # the key straddles the 1000-byte cut
+    everything = json.dumps([dict(s.attributes) for s in spans.all()])
+    assert (
+        secret[:12] not in everything and "boss@corp.example" not in everything and "Zeus" not in everything
+    )
+    first, second = spans.steps()
+    assert first.attributes[semconv.CONTENT_REDACTED] is True
+    assert second.attributes[semconv.CONTENT_TRUNCATED] is True
+    configure(redactor=None)
+    with task("t3"):
+        record_message("a", "plain a@b.io")
+    assert "a@b.io" in json.dumps([dict(s.attributes) for s in spans.all()])
+
+
+@pytest.mark.parametrize(
+    ("agent", "content", "expected_agent", "expected_content"),
+    [
+        (None, None, "unknown", ""),
+        (b"bytes-agent", b"caf\xc3\xa9 \xff", "bytes-agent", "café \ufffd"),
+        (42, {"answer": 42, "nested": [1, None]}, "42", '{"answer": 42, "nested": [1, null]}'),
+        ("", ["a", 1], "unknown", '["a", 1]'),
+        (type("Named", (), {"name": "has-name"})(), 3.5, "has-name", "3.5"),
+    ],
+)
+def test_bad_inputs_are_recorded_not_raised(spans, agent, content, expected_agent, expected_content):
+    with task(name=None):
+        assert record_message(agent, content, role=None) == 0
+    step = spans.steps()[0]
+    assert step.attributes[semconv.GEN_AI_AGENT_NAME] == expected_agent
+    assert _content(step) == expected_content
+    assert hook_error_count() == 0
+
+
+def test_ten_megabytes_is_capped_quickly(spans):
+    big = "word " * 2_000_000
+    with task("t", input=big):
+        record_message("a", big)
+    step = spans.steps()[0]
+    assert len(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]) < 70 * 1024
+    assert len(spans.root().attributes[semconv.TASK_INPUT]) < 70 * 1024
+    assert "the message had 10000000 bytes" in _content(step)
+
+
+def test_app_exceptions_pass_through_unchanged_and_are_recorded(spans):
+    error = KeyError("missing")
+    with pytest.raises(KeyError) as caught:
+        with task("t"):
+            record_message("a", "about to fail")
+            raise error
+    assert caught.value is error
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes[semconv.TASK_OUTCOME] == "failure"
+    assert root.attributes[semconv.ERROR_TYPE] == "KeyError"
+    assert [e.name for e in root.events] == ["exception"]
+    assert current_task() is None
+
+
+def test_hook_failures_are_swallowed_counted_and_logged_once(spans, monkeypatch, caplog):
+    import otel_blame.instrument.tasks as tasks
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("our bug")
+
+    monkeypatch.setattr(tasks, "prepare", broken)
+    with task("t") as run:
+        assert record_message("a", "x") is None
+        assert record_message("a", "y") is None
+        set_outcome(True, final_output="z")
+        assert run is not None
+    assert hook_error_count() == 3
+    assert sum("record_message failed" in r.getMessage() for r in caplog.records) == 1
+
+    monkeypatch.setattr(tasks, "tracer", broken)
+    ran = []
+    with task("t2") as run:
+        ran.append(run)
+        record_message("a", "x")
+    assert ran == [None] and hook_error_count() >= 4
+
+
+def test_decorator_sync_and_async(spans):
+    @task("sync-task")
+    def work(x):
+        record_message("a", f"got {x}")
+        return x * 2
+
+    @task("async-task", input="in")
+    async def awork():
+        record_message("a", "one")
+        await asyncio.sleep(0)
+        record_message("b", "two")
+        return "done"
+
+    assert work(2) == 4 and work(3) == 6
+    assert asyncio.run(awork()) == "done"
+    names = sorted(r.name for r in spans.roots())
+    assert names == ["invoke_workflow async-task", "invoke_workflow sync-task", "invoke_workflow sync-task"]
+    for root in spans.roots():
+        children = [s for s in spans.steps() if s.parent.span_id == root.context.span_id]
+        assert [c.attributes[semconv.STEP_INDEX] for c in children] == list(range(len(children)))
+
+
+def test_nested_task_numbers_its_own_steps(spans):
+    with task("outer") as outer:
+        record_message("a", "o0")
+        with task("inner") as inner:
+            record_message("b", "i0")
+            record_message("c", "i1")
+        record_message("a", "o1")
+    outer_root = next(r for r in spans.roots() if r.name == "invoke_workflow outer")
+    inner_root = next(r for r in spans.roots() if r.name == "invoke_workflow inner")
+    assert inner_root.parent.span_id == outer_root.context.span_id
+    by_parent = {}
+    for step in spans.steps():
+        by_parent.setdefault(step.parent.span_id, []).append(
+            (step.attributes[semconv.STEP_INDEX], _content(step))
+        )
+    assert by_parent[outer_root.context.span_id] == [(0, "o0"), (1, "o1")]
+    assert by_parent[inner_root.context.span_id] == [(0, "i0"), (1, "i1")]
+    assert outer.steps_recorded == 2 and inner.steps_recorded == 2
+
+
+def test_asyncio_gather_of_agents_numbers_in_order_of_messages(spans):
+    order = []
+
+    async def agent(name, delays):
+        for turn, delay in enumerate(delays):
+            await asyncio.sleep(delay)
+            order.append(f"{name}{turn}")
+            record_message(name, f"{name}{turn}")
+
+    async def main():
+        async with task("gather"):
+            await asyncio.gather(agent("a", [0.03, 0.03]), agent("b", [0.01, 0.04]), agent("c", [0.045]))
+
+    asyncio.run(main())
+    steps = spans.steps()
+    assert [_content(s) for s in steps] == order
+    assert [s.attributes[semconv.STEP_INDEX] for s in steps] == list(range(5))
+    root = spans.root()
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+
+
+def test_to_thread_and_run_in_executor_keep_task_and_parent(spans):
+    executor_context.install()
+    try:
+
+        async def main():
+            async with task("threads"):
+                record_message("main", "m0")
+                await asyncio.to_thread(record_message, "thread", "t1")
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, record_message, "executor", "e2")
+                with ThreadPoolExecutor(max_workers=2) as pool:
+                    await loop.run_in_executor(pool, record_message, "pool", "p3")
+
+        asyncio.run(main())
+    finally:
+        executor_context.uninstall()
+    steps = spans.steps()
+    root = spans.root()
+    assert [(_content(s), s.attributes[semconv.STEP_INDEX]) for s in steps] == [
+        ("m0", 0),
+        ("t1", 1),
+        ("e2", 2),
+        ("p3", 3),
+    ]
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    assert not executor_context.installed()
+
+
+def test_many_threads_get_unique_gapless_indices(spans):
+    with task("threads") as run:
+
+        def worker(n):
+            for i in range(50):
+                run.record_message(f"w{n}", f"{n}-{i}")
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    steps = spans.steps()
+    assert sorted(s.attributes[semconv.STEP_INDEX] for s in steps) == list(range(400))
+    root = spans.root()
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    # each worker's own messages keep their order
+    for n in range(8):
+        mine = [
+            int(_content(s).split("-")[1])
+            for s in steps
+            if s.attributes[semconv.GEN_AI_AGENT_NAME] == f"w{n}"
+        ]
+        assert mine == list(range(50))
+
+
+def test_outside_a_task_spans_have_no_index_and_outcome_is_ignored(spans):
+    assert record_message("lonely", "hi") is None
+    set_outcome(False)
+    (span,) = spans.all()
+    assert semconv.STEP_INDEX not in span.attributes and span.name == "invoke_agent lonely"
+    assert hook_error_count() == 0
