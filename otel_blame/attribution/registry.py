@@ -6,14 +6,22 @@ from collections.abc import Callable
 
 from otel_blame.attribution.base import AttributionMethod
 from otel_blame.attribution.heuristic import HeuristicAttribution
-from otel_blame.attribution.llm_client import LLMSettings
+from otel_blame.attribution.llm_client import LLMClient, LLMSettings
+from otel_blame.attribution.llm_methods import LLM_METHODS
 
 DEFAULT_METHOD = "heuristic"
 
 _OFFLINE: dict[str, Callable[[bool], AttributionMethod]] = {
     "heuristic": lambda with_ground_truth: HeuristicAttribution(with_ground_truth=with_ground_truth),
 }
-_LLM: dict[str, Callable[[LLMSettings, bool], AttributionMethod]] = {}
+_LLM: dict[str, Callable[[LLMSettings, bool], AttributionMethod]] = {
+    name: (
+        lambda settings, with_ground_truth, cls=cls: cls(
+            LLMClient(settings), with_ground_truth=with_ground_truth
+        )
+    )
+    for name, cls in LLM_METHODS.items()
+}
 
 METHOD_NAMES: tuple[str, ...] = (*_OFFLINE, *_LLM)
 
