@@ -81,6 +81,7 @@ class TaskRun:
         self.settings = settings
         self.parent = parent
         self.outcome: str | None = None
+        self.started_ns = time.time_ns()
         self._lock = threading.Lock()
         self._next_index = 0
         self._span_context = span.get_span_context()

@@ -1,0 +1,222 @@
+"""Hooks for the ``ag2`` 1.x package, through its own middleware chain.
+
+``Agent._drive_scope`` is the one place every turn (``ask``, ``run``, ``resume``, replies)
+instantiates its middleware; the instrumentor adds :class:`OtelBlameMiddleware`, bound to the
+agent, to the turn's ``additional_middleware``. The middleware records each model response
+(text and tool calls) and each tool result as a step, and the question that started the
+outermost turn as a ``user`` step. A turn with no ``task()`` around it gets its own root.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from otel_blame import semconv
+from otel_blame.instrument.content import to_text
+from otel_blame.instrument.safety import guarded
+from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
+from otel_blame.trajectory import StepKind
+
+SOURCE = "ag2"
+_WRAPPED = "__otel_blame_wrapped__"
+_patches: list[tuple[type, str, Any]] = []
+# the task whose ag2 turn encloses the running code (None: no turn yet, this is the outermost)
+_enclosing_turn: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
+    "otel_blame_ag2_enclosing_turn", default=None
+)
+
+
+def instrument() -> None:
+    from ag2.agent import Agent
+
+    original = Agent.__dict__.get("_drive_scope")
+    if original is None or getattr(original, _WRAPPED, False):
+        return
+
+    @functools.wraps(original)
+    def _drive_scope(self: Any, event: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            extra = tuple(kwargs.get("additional_middleware", ()))
+            kwargs["additional_middleware"] = (*extra, _Factory(self))
+        except Exception:  # never stand between the app and its turn
+            pass
+        return original(self, event, *args, **kwargs)
+
+    setattr(_drive_scope, _WRAPPED, True)
+    Agent._drive_scope = _drive_scope  # type: ignore[method-assign]
+    _patches.append((Agent, "_drive_scope", original))
+
+
+def uninstrument() -> None:
+    while _patches:
+        owner, name, original = _patches.pop()
+        setattr(owner, name, original)
+
+
+class _Factory:
+    """A middleware factory bound to the agent whose turn it instruments."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent_name = to_text(getattr(agent, "name", None)) or "agent"
+
+    def __call__(self, event: Any, context: Any) -> Any:
+        return OtelBlameMiddleware(event, context, agent_name=self.agent_name)
+
+
+def _base_middleware() -> type:
+    from ag2.middleware import BaseMiddleware
+
+    return BaseMiddleware
+
+
+def _input_text(event: Any) -> str:
+    """The text of a ``ModelRequest`` (its text parts), else the event's own text."""
+    parts = getattr(event, "parts", None)
+    if parts is None:
+        return to_text(getattr(event, "content", None) or "")
+    texts = []
+    for part in parts:
+        content = getattr(part, "content", None)
+        if isinstance(content, str):
+            texts.append(content)
+        elif getattr(part, "data", None) is not None:
+            texts.append(to_text(part.data))
+    return "\n".join(texts)
+
+
+def _tool_result_text(result: Any) -> str:
+    inner = getattr(result, "result", None)
+    parts = getattr(inner, "parts", None)
+    if parts is None:
+        return to_text(inner if inner is not None else getattr(result, "arguments", ""))
+    texts = []
+    for part in parts:
+        if isinstance(getattr(part, "content", None), str):
+            texts.append(part.content)
+        elif getattr(part, "data", None) is not None:
+            try:
+                texts.append(json.dumps(part.data, default=str))
+            except (TypeError, ValueError):
+                texts.append(repr(part.data))
+        elif getattr(part, "url", None):
+            texts.append(part.url)
+    return "\n".join(texts)
+
+
+def _tool_calls(response: Any) -> list[dict[str, Any]]:
+    calls = getattr(getattr(response, "tool_calls", None), "calls", None) or ()
+    return [{"id": call.id, "function": {"name": call.name, "arguments": call.arguments}} for call in calls]
+
+
+class _MiddlewareMixin:
+    """The hooks; mixed into ag2's ``BaseMiddleware`` lazily so importing this module needs no ag2."""
+
+    agent_name: str
+
+    async def on_turn(self, call_next: Any, event: Any, context: Any) -> Any:
+        run = current_task()
+        if run is None:
+            async with task(
+                self.agent_name,
+                input=_input_text(event),
+                attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
+            ) as run:
+                response = await self._turn(call_next, event, context, run)
+                _note_final_output(run, response)
+                return response
+        return await self._turn(call_next, event, context, run)
+
+    async def _turn(self, call_next: Any, event: Any, context: Any, run: TaskRun | None) -> Any:
+        if run is not None and _enclosing_turn.get() is not run:
+            # The outermost turn of this task: its question is a step. A nested turn's question
+            # is already recorded as the calling agent's tool call.
+            self._record_question(run, event)
+        token = _enclosing_turn.set(run)
+        try:
+            return await call_next(event, context)
+        finally:
+            _enclosing_turn.reset(token)
+
+    @guarded("ag2.turn")
+    def _record_question(self, run: TaskRun, event: Any) -> None:
+        if type(event).__name__ in ("ModelRequest", "DrainedModelRequest"):
+            record_message("user", _input_text(event), "user", source=SOURCE, task=run)
+
+    async def on_llm_call(self, call_next: Any, events: Sequence[Any], context: Any) -> Any:
+        started = time.time_ns()
+        response = await call_next(events, context)
+        self._record_response(response, started)
+        return response
+
+    @guarded("ag2.llm_call")
+    def _record_response(self, response: Any, started: int) -> None:
+        calls = _tool_calls(response)
+        content = getattr(response, "content", None)
+        record_message(
+            self.agent_name,
+            content if content is not None or not calls else None,
+            "assistant",
+            tool_calls=calls or None,
+            start_time_ns=started,
+            source=SOURCE,
+            attributes=_model_attributes(response),
+        )
+
+    async def on_tool_execution(self, call_next: Any, event: Any, context: Any) -> Any:
+        started = time.time_ns()
+        result = await call_next(event, context)
+        self._record_tool(event, result, started)
+        return result
+
+    @guarded("ag2.tool_execution")
+    def _record_tool(self, event: Any, result: Any, started: int) -> None:
+        failed = type(result).__name__ == "ToolErrorEvent"
+        record_message(
+            self.agent_name,
+            _tool_result_text(result),
+            "tool",
+            kind=StepKind.TOOL,
+            tool_name=getattr(event, "name", None) or "tool",
+            tool_call_id=getattr(event, "id", None),
+            is_error=failed,
+            start_time_ns=started,
+            source=SOURCE,
+        )
+
+
+def _model_attributes(response: Any) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    model = getattr(response, "model", None)
+    if isinstance(model, str):
+        attributes[semconv.GEN_AI_RESPONSE_MODEL] = model
+    provider = getattr(response, "provider", None)
+    if isinstance(provider, str):
+        attributes[semconv.GEN_AI_PROVIDER_NAME] = provider
+    return attributes
+
+
+@guarded("ag2.final_output")
+def _note_final_output(run: TaskRun | None, response: Any) -> None:
+    if run is None or not run.settings.capture_content:
+        return
+    content = getattr(response, "content", None)
+    if content:
+        run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(content).text)
+
+
+@functools.cache
+def _middleware_class() -> type:
+    base = _base_middleware()
+    return type("OtelBlameMiddleware", (_MiddlewareMixin, base), {"__module__": __name__})
+
+
+def OtelBlameMiddleware(event: Any, context: Any, *, agent_name: str) -> Any:  # noqa: N802 - a class factory
+    """An ag2 middleware instance that records this turn's messages as steps of the current task."""
+    middleware = _middleware_class()(event, context)
+    middleware.agent_name = agent_name
+    return middleware
