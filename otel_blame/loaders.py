@@ -149,33 +149,43 @@ def _looks_like_otlp(data: Any) -> bool:
 def trajectory_from_otlp_json(text: str, source: str | None = None) -> Trajectory:
     """OTLP JSON of one trace (file exporter lines or Jaeger ``/api/v3/traces``) -> Trajectory."""
     from otel_blame import otlp_json
-    from otel_blame.spans_to_trajectory import trajectory_from_spans
+    from otel_blame.spans_to_trajectory import trace_ids, trajectory_from_spans
 
-    documents = _json_documents(text)
-    unwrapped = [doc["result"] if isinstance(doc.get("result"), Mapping) else doc for doc in documents]
-    trace_text = "\n".join(json.dumps(doc) for doc in unwrapped if _looks_like_otlp(doc))
-    log_text = "\n".join(json.dumps(doc) for doc in unwrapped if "resourceLogs" in doc)
-    resource_spans = []
-    for request in otlp_json.parse_trace_requests(trace_text):
-        resource_spans.extend(request.resource_spans)
-    resource_logs = []
-    if log_text:
-        for request in otlp_json.parse_logs_requests(log_text):
-            resource_logs.extend(request.resource_logs)
-    trace_ids = {
-        span.trace_id.hex()
-        for resource in resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    }
-    if len(trace_ids) > 1:
-        raise TrajectoryFormatError(
-            f"the file holds {len(trace_ids)} traces; export one trace per file (trace ids: "
-            + ", ".join(sorted(trace_ids)[:5])
-            + ")"
+    try:
+        documents = list(otlp_json.iter_json_documents(text))
+    except otlp_json.OTLPJSONError as error:
+        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
+    # Jaeger's API wraps each chunk of the answer as {"result": {...}}
+    unwrapped = [
+        doc["result"] if isinstance(doc, Mapping) and isinstance(doc.get("result"), Mapping) else doc
+        for doc in documents
+    ]
+    try:
+        resource_spans, resource_logs = otlp_json.parse_otlp_json(
+            "\n".join(json.dumps(doc) for doc in unwrapped)
         )
-    trajectory = trajectory_from_spans(resource_spans, resource_logs)
+    except otlp_json.OTLPJSONError as error:
+        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
+    traces = trace_ids(resource_spans)
+    if len(traces) > 1:
+        shown = ", ".join(trace.hex() for trace in traces[:5])
+        raise TrajectoryFormatError(
+            f"{source or 'input'} holds {len(traces)} traces ({shown}); export one trace per file"
+        )
+    try:
+        trajectory = trajectory_from_spans(resource_spans, resource_logs)
+    except ValueError as error:
+        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
     return trajectory.model_copy(update={"source": source}) if source else trajectory
+
+
+def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] = ()) -> Trajectory:
+    """In-memory OpenTelemetry SDK spans (and log records) -> Trajectory, through the same
+    ``spans_to_trajectory`` the processor uses for spans it receives."""
+    from otel_blame.spans_to_trajectory import sdk_logs_to_proto, sdk_spans_to_proto, trajectory_from_spans
+
+    resource_logs = sdk_logs_to_proto(log_records) if log_records else []
+    return trajectory_from_spans(sdk_spans_to_proto(spans), resource_logs)
 
 
 def _json_documents(text: str) -> list[dict[str, Any]]:
