@@ -55,3 +55,15 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
     yield Spans(exporter, provider)
     reset_configuration()
     provider.shutdown()
+
+
+@pytest.fixture
+def instrumented(spans: Spans, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
+    """The instrumentor switched on (all frameworks) for one test, then switched off again."""
+    from otel_blame.instrument import OtelBlameInstrumentor
+
+    monkeypatch.delenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", raising=False)
+    instrumentor = OtelBlameInstrumentor()
+    instrumentor.instrument()
+    yield spans
+    instrumentor.uninstrument()
