@@ -18,5 +18,10 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+from otel_blame.attribution.cli import attribute_command, eval_command  # noqa: E402
+
+main.add_command(attribute_command)
+main.add_command(eval_command)
+
 if __name__ == "__main__":
     main()

@@ -8,11 +8,13 @@ from otel_blame.attribution.base import AttributionMethod
 from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.attribution.llm_client import LLMClient, LLMSettings
 from otel_blame.attribution.llm_methods import LLM_METHODS
+from otel_blame.attribution.random_baseline import RandomAttribution
 
 DEFAULT_METHOD = "heuristic"
 
 _OFFLINE: dict[str, Callable[[bool], AttributionMethod]] = {
     "heuristic": lambda with_ground_truth: HeuristicAttribution(with_ground_truth=with_ground_truth),
+    "random": lambda with_ground_truth: RandomAttribution(seed=0),
 }
 _LLM: dict[str, Callable[[LLMSettings, bool], AttributionMethod]] = {
     name: (

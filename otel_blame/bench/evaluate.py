@@ -1,0 +1,160 @@
+"""Score an attribution method on Who&When: one prediction record per log, a summary per subset.
+
+Scoring is by exact match: the agent name must equal the annotation (the loader already maps
+annotation typos that differ only in case) and the step index must be equal. The reference
+evaluator's substring test would count a predicted step 12 as correct for 1; this one does not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from otel_blame.attribution.base import AttributionError, AttributionMethod
+from otel_blame.attribution.result import Attribution
+from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
+
+
+class PredictionRecord(BaseModel):
+    """One line of the predictions JSONL: exactly these fields, in this order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    predicted_agent: str | None
+    predicted_step: int | None
+    mistake_agent: str
+    mistake_step: int
+    agent_correct: bool
+    step_correct: bool
+    llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    seconds: float
+
+
+class SubsetSummary(BaseModel):
+    subset: str
+    traces: int
+    failed: int  # logs where the method raised instead of answering (scored as wrong)
+    agent_accuracy: float
+    step_accuracy: float
+    step_within_1: float
+    step_within_3: float
+    mean_llm_calls: float
+    mean_input_tokens: float
+    mean_output_tokens: float
+    mean_seconds: float
+
+
+def score_case(case: WhoAndWhenCase, attribution: Attribution | None) -> PredictionRecord:
+    """Exact-match scoring of one answer (None = the method failed on this log)."""
+    if attribution is None:
+        return PredictionRecord(
+            file=case.file,
+            predicted_agent=None,
+            predicted_step=None,
+            mistake_agent=case.mistake_agent,
+            mistake_step=case.mistake_step,
+            agent_correct=False,
+            step_correct=False,
+            llm_calls=0,
+            input_tokens=0,
+            output_tokens=0,
+            seconds=0.0,
+        )
+    cost = attribution.cost
+    return PredictionRecord(
+        file=case.file,
+        predicted_agent=attribution.agent,
+        predicted_step=attribution.step,
+        mistake_agent=case.mistake_agent,
+        mistake_step=case.mistake_step,
+        agent_correct=attribution.agent == case.mistake_agent,
+        step_correct=attribution.step == case.mistake_step,
+        llm_calls=cost.llm_calls,
+        input_tokens=cost.input_tokens,
+        output_tokens=cost.output_tokens,
+        seconds=round(cost.seconds, 4),
+    )
+
+
+def subset_of(record: PredictionRecord) -> str:
+    return record.file.split("/", 1)[0]
+
+
+def summarise(records: Sequence[PredictionRecord]) -> list[SubsetSummary]:
+    """Per-subset accuracies (fractions 0..1) and mean cost per trace, in dataset order."""
+    by_subset: dict[str, list[PredictionRecord]] = {}
+    for record in records:
+        by_subset.setdefault(subset_of(record), []).append(record)
+    summaries = []
+    for subset, group in by_subset.items():
+        count = len(group)
+
+        def within(distance: int, group: list[PredictionRecord] = group, count: int = count) -> float:
+            hits = sum(
+                1
+                for r in group
+                if r.predicted_step is not None and abs(r.predicted_step - r.mistake_step) <= distance
+            )
+            return hits / count
+
+        summaries.append(
+            SubsetSummary(
+                subset=subset,
+                traces=count,
+                failed=sum(1 for r in group if r.predicted_agent is None),
+                agent_accuracy=sum(r.agent_correct for r in group) / count,
+                step_accuracy=sum(r.step_correct for r in group) / count,
+                step_within_1=within(1),
+                step_within_3=within(3),
+                mean_llm_calls=sum(r.llm_calls for r in group) / count,
+                mean_input_tokens=sum(r.input_tokens for r in group) / count,
+                mean_output_tokens=sum(r.output_tokens for r in group) / count,
+                mean_seconds=sum(r.seconds for r in group) / count,
+            )
+        )
+    return summaries
+
+
+def select_files(dataset_dir: Path, subsets: Sequence[str] = SUBSETS, limit: int | None = None) -> list[Path]:
+    """The logs to evaluate: every subset asked for, at most ``limit`` logs from each."""
+    files: list[Path] = []
+    for subset in subsets:
+        try:
+            found = case_files(dataset_dir, [subset])
+        except FileNotFoundError:
+            continue
+        files.extend(found[:limit] if limit is not None else found)
+    if not files:
+        raise FileNotFoundError(f"no {'/'.join(subsets)}/*.json logs under {dataset_dir}")
+    return files
+
+
+def evaluate(
+    method: AttributionMethod,
+    dataset_dir: Path,
+    files: Iterable[Path],
+    *,
+    on_record: Callable[[PredictionRecord, AttributionError | None], None] | None = None,
+) -> list[PredictionRecord]:
+    """Run ``method`` on each log; a log the method cannot answer is recorded as wrong, not fatal."""
+    records = []
+    for path in files:
+        case = load_case(path, dataset_dir)
+        error: AttributionError | None = None
+        started = time.perf_counter()
+        try:
+            attribution: Attribution | None = method.attribute(case.trajectory)
+        except AttributionError as raised:
+            attribution, error = None, raised
+        record = score_case(case, attribution)
+        record.seconds = round(time.perf_counter() - started, 6)  # wall time, the same for every method
+        records.append(record)
+        if on_record is not None:
+            on_record(record, error)
+    return records

@@ -1,0 +1,206 @@
+"""`otel-blame eval` scoring arithmetic and output, and `otel-blame attribute` end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from otel_blame.attribution.result import Attribution, Cost
+from otel_blame.bench.evaluate import PredictionRecord, score_case, summarise
+from otel_blame.bench.who_and_when import load_case
+from otel_blame.cli import main
+
+RECORD_FIELDS = [
+    "file",
+    "predicted_agent",
+    "predicted_step",
+    "mistake_agent",
+    "mistake_step",
+    "agent_correct",
+    "step_correct",
+    "llm_calls",
+    "input_tokens",
+    "output_tokens",
+    "seconds",
+]
+
+
+def record(
+    file: str, predicted: tuple[str, int] | None, truth: tuple[str, int], **cost: float
+) -> PredictionRecord:
+    agent, step = predicted if predicted else (None, None)
+    return PredictionRecord(
+        file=file,
+        predicted_agent=agent,
+        predicted_step=step,
+        mistake_agent=truth[0],
+        mistake_step=truth[1],
+        agent_correct=agent == truth[0],
+        step_correct=step == truth[1],
+        llm_calls=int(cost.get("calls", 0)),
+        input_tokens=int(cost.get("input", 0)),
+        output_tokens=int(cost.get("output", 0)),
+        seconds=cost.get("seconds", 0.0),
+    )
+
+
+def test_summary_arithmetic_per_subset():
+    records = [
+        record("Algorithm-Generated/1.json", ("A", 1), ("A", 1), calls=2, input=100, output=10, seconds=1.0),
+        record("Algorithm-Generated/2.json", ("A", 3), ("A", 1), calls=4, input=300, output=30, seconds=3.0),
+        record("Algorithm-Generated/3.json", ("B", 5), ("A", 1)),
+        record("Algorithm-Generated/4.json", None, ("A", 1)),
+        record("Hand-Crafted/1.json", ("X", 12), ("X", 1)),
+    ]
+    ag, hc = summarise(records)
+    assert (ag.subset, ag.traces, ag.failed) == ("Algorithm-Generated", 4, 1)
+    assert ag.agent_accuracy == 0.5 and ag.step_accuracy == 0.25
+    assert ag.step_within_1 == 0.25 and ag.step_within_3 == 0.5  # |3-1|=2 counts within 3, |5-1|=4 not
+    assert ag.mean_llm_calls == 1.5 and ag.mean_input_tokens == 100 and ag.mean_output_tokens == 10
+    assert ag.mean_seconds == 1.0
+    # exact match: step 12 is not step 1 (the reference evaluator's substring test would say it is)
+    assert (hc.agent_accuracy, hc.step_accuracy, hc.step_within_3) == (1.0, 0.0, 0.0)
+
+
+def test_score_case_uses_exact_match(tmp_path: Path):
+    path = tmp_path / "Hand-Crafted" / "1.json"
+    path.parent.mkdir()
+    history = [{"role": "A", "content": f"m{i}"} for i in range(13)]
+    path.write_text(json.dumps({"history": history, "mistake_agent": "A", "mistake_step": "1"}))
+    case = load_case(path, tmp_path)
+    answer = Attribution(agent="A", step=12, confidence=0.5, reason="r", method="m", cost=Cost(llm_calls=3))
+    scored = score_case(case, answer)
+    assert scored.agent_correct and not scored.step_correct and scored.llm_calls == 3
+    assert list(scored.model_dump()) == RECORD_FIELDS
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    for subset, count in (("Algorithm-Generated", 3), ("Hand-Crafted", 2)):
+        for number in range(count):
+            path = tmp_path / "ds" / subset / f"{number}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            history = [
+                {
+                    "role": "assistant",
+                    "name": "Solver",
+                    "content": "Let's assume the value is 7. The answer is 7.",
+                },
+                {"role": "user", "name": "Checker", "content": "Verified, 7 is correct. TERMINATE"},
+            ]
+            path.write_text(
+                json.dumps(
+                    {
+                        "question": "q",
+                        "history": history,
+                        "mistake_agent": "Solver",
+                        "mistake_step": str(number % 2),
+                    }
+                )
+            )
+    return tmp_path / "ds"
+
+
+def test_eval_command_writes_exact_fields_and_prints_summary(dataset: Path, tmp_path: Path):
+    out = tmp_path / "pred.jsonl"
+    result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["file"] for line in lines] == [
+        "Algorithm-Generated/0.json",
+        "Algorithm-Generated/1.json",
+        "Algorithm-Generated/2.json",
+        "Hand-Crafted/0.json",
+        "Hand-Crafted/1.json",
+    ]
+    assert all(list(line) == RECORD_FIELDS for line in lines)
+    assert all(line["predicted_agent"] == "Solver" and line["predicted_step"] == 0 for line in lines)
+    assert "Algorithm-Generated" in result.output and "Hand-Crafted" in result.output
+    assert "66.7%" in result.output  # AG step accuracy: files 0 and 2 have mistake_step 0
+
+
+def test_eval_subset_and_limit(dataset: Path, tmp_path: Path):
+    out = tmp_path / "pred.jsonl"
+    args = ["eval", "--dataset", str(dataset), "--subset", "Hand-Crafted", "--limit", "1", "--out", str(out)]
+    result = CliRunner().invoke(main, [*args, "--method", "random"])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["file"] for line in out.read_text().splitlines()] == ["Hand-Crafted/0.json"]
+
+
+def test_eval_with_an_llm_method_records_cost(dataset: Path, tmp_path: Path, llm):
+    out = tmp_path / "pred.jsonl"
+    answer = json.dumps({"agent": "Solver", "step": 0, "reason": "assumed", "confidence": 0.9})
+    with llm([], default=answer) as (server, settings):
+        args = ["eval", "--dataset", str(dataset), "--method", "all_at_once", "--out", str(out)]
+        args += ["--base-url", settings.base_url, "--model", "m1"]
+        result = CliRunner(env={"OPENAI_API_KEY": "sk-x"}).invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert server.calls == 5 and all(line["llm_calls"] == 1 and line["input_tokens"] > 0 for line in lines)
+    assert server.requests[0]["model"] == "m1"
+
+
+def test_eval_unanswered_logs_are_scored_wrong_not_fatal(dataset: Path, tmp_path: Path, llm):
+    out = tmp_path / "pred.jsonl"
+    with llm([], default="no json here") as (_, settings):
+        args = [
+            "eval",
+            "--dataset",
+            str(dataset),
+            "--method",
+            "all_at_once",
+            "--limit",
+            "1",
+            "--out",
+            str(out),
+        ]
+        result = CliRunner(env={"OPENAI_API_KEY": "sk-x"}).invoke(
+            main, [*args, "--base-url", settings.base_url]
+        )
+    assert result.exit_code == 0, result.output
+    assert all(json.loads(line)["predicted_agent"] is None for line in out.read_text().splitlines())
+    assert "unanswered" in result.output
+
+
+def test_eval_missing_dataset_layout_is_a_clear_error(tmp_path: Path):
+    result = CliRunner().invoke(
+        main, ["eval", "--dataset", str(tmp_path), "--out", str(tmp_path / "p.jsonl")]
+    )
+    assert result.exit_code != 0 and "no Algorithm-Generated/Hand-Crafted/*.json logs" in result.output
+
+
+def test_attribute_command_text_and_json(dataset: Path):
+    file = dataset / "Hand-Crafted" / "0.json"
+    text = CliRunner().invoke(main, ["attribute", str(file)])
+    assert text.exit_code == 0 and "agent:      Solver" in text.output and "step:       0" in text.output
+    as_json = CliRunner().invoke(main, ["attribute", str(file), "--json"])
+    parsed = json.loads(as_json.output)
+    assert parsed["agent"] == "Solver" and parsed["method"] == "heuristic" and parsed["model"] is None
+
+
+def test_attribute_with_llm_flags(dataset: Path, llm):
+    answer = json.dumps({"agent": "Checker", "step": 1, "reason": "approved a wrong value"})
+    with llm([answer]) as (server, settings):
+        args = ["attribute", str(dataset / "Hand-Crafted" / "0.json"), "--method", "all_at_once", "--json"]
+        result = CliRunner(env={"OPENAI_API_KEY": "sk-x"}).invoke(
+            main, [*args, "--base-url", settings.base_url, "--model", "tiny", "--with-ground-truth"]
+        )
+    assert result.exit_code == 0, result.output
+    parsed = json.loads(result.output)
+    assert (parsed["agent"], parsed["step"], parsed["model"]) == ("Checker", 1, "tiny")
+    assert parsed["cost"]["llm_calls"] == 1
+
+
+def test_attribute_bad_file_and_missing_llm_are_clear_errors(tmp_path: Path, dataset: Path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"foo": 1}')
+    result = CliRunner().invoke(main, ["attribute", str(bad)])
+    assert result.exit_code == 1 and "unrecognised format" in result.output
+    env = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    result = CliRunner(env=env).invoke(
+        main, ["attribute", str(dataset / "Hand-Crafted" / "0.json"), "--method", "all_at_once"]
+    )
+    assert result.exit_code == 1 and "no LLM configured" in result.output
