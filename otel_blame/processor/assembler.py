@@ -1,0 +1,157 @@
+"""Holding the spans of each trace until the trace is whole.
+
+A trace is complete when its root span has arrived (spans are exported when they end) and no
+span came for ``quiet_period``, or ``max_wait`` after its first span. Spans of a trace already
+released are forwarded at once; so are spans of traces without agent spans (configurable).
+Memory is bounded: a trace that would exceed ``max_traces`` or ``max_spans_per_trace`` is
+forwarded without attribution and counted, never dropped. Buffered data are the wire payloads
+cut by :mod:`otel_blame.processor.wire`; there is no Python object per span.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from otel_blame.processor.config import AssemblyConfig
+from otel_blame.processor.wire import TraceGroup
+
+
+class Route(StrEnum):
+    BUFFERED = "buffered"
+    FORWARD = "forward"  # send this group on as is, now
+    LATE = "late"  # the trace was released already: send on now
+    OVERFLOW = "overflow"  # the whole trace (returned) goes on now, unattributed
+
+
+@dataclass
+class BufferedTrace:
+    trace_id: bytes
+    first_seen: float
+    last_seen: float
+    span_payloads: list[bytes] = field(default_factory=list)
+    log_payloads: list[bytes] = field(default_factory=list)
+    span_refs: list[int] = field(default_factory=list)  # write-ahead log rows, one per span group
+    log_refs: list[int] = field(default_factory=list)
+    spans: int = 0
+    log_records: int = 0
+    payload_bytes: int = 0
+    has_root: bool = False
+    root_failed: bool = False
+    has_agent: bool = False
+    verdict_failed: bool = False
+    expected_output: str | None = None
+    overflowed: bool = False
+
+
+@dataclass
+class AssemblyStats:
+    buffered_traces: int = 0
+    buffered_spans: int = 0
+    buffered_bytes: int = 0
+    late_groups: int = 0
+    forwarded_non_agent_groups: int = 0
+    overflow_traces: int = 0
+    oversized_traces: int = 0
+    completed_traces: int = 0
+
+
+class TraceAssembler:
+    """Thread-safe. ``add`` routes each incoming group; ``due`` pops the traces now complete."""
+
+    def __init__(self, config: AssemblyConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._buffers: dict[bytes, BufferedTrace] = {}
+        self._released: OrderedDict[bytes, float] = OrderedDict()
+        self._stats = AssemblyStats()
+
+    def add(
+        self, group: TraceGroup, ref: int, now: float, *, logs: bool = False
+    ) -> tuple[Route, BufferedTrace | None]:
+        config = self._config
+        with self._lock:
+            trace = self._buffers.get(group.trace_id)
+            if trace is None:
+                if group.trace_id in self._released:
+                    self._stats.late_groups += 1
+                    return Route.LATE, None
+                if not group.has_agent and config.forward_non_agent_immediately:
+                    self._stats.forwarded_non_agent_groups += 1
+                    return Route.FORWARD, None
+                if len(self._buffers) >= config.max_traces:
+                    self._stats.overflow_traces += 1
+                    return Route.FORWARD, None
+                trace = self._buffers[group.trace_id] = BufferedTrace(group.trace_id, now, now)
+            trace.last_seen = now
+            trace.payload_bytes += len(group.payload)
+            trace.has_agent = trace.has_agent or group.has_agent
+            if logs:
+                trace.log_payloads.append(group.payload)
+                trace.log_refs.append(ref)
+                trace.log_records += group.items
+            else:
+                trace.span_payloads.append(group.payload)
+                trace.span_refs.append(ref)
+                trace.spans += group.items
+                trace.has_root = trace.has_root or group.has_root
+                trace.root_failed = trace.root_failed or group.root_failed
+                if trace.spans > config.max_spans_per_trace:
+                    self._stats.oversized_traces += 1
+                    trace.overflowed = True
+                    self._pop_locked(trace, now)
+                    return Route.OVERFLOW, trace
+            return Route.BUFFERED, None
+
+    def due(self, now: float) -> list[BufferedTrace]:
+        """Pop the traces whose root ended and that were quiet long enough, or waited too long."""
+        quiet, max_wait = self._config.quiet_period, self._config.max_wait
+        with self._lock:
+            ready = [
+                trace
+                for trace in self._buffers.values()
+                if (trace.has_root and now - trace.last_seen >= quiet) or now - trace.first_seen >= max_wait
+            ]
+            for trace in ready:
+                self._pop_locked(trace, now)
+        return ready
+
+    def drain(self, now: float) -> list[BufferedTrace]:
+        """Pop everything (shutdown)."""
+        with self._lock:
+            traces = list(self._buffers.values())
+            for trace in traces:
+                self._pop_locked(trace, now)
+        return traces
+
+    def mark_failed(self, trace_id: bytes, expected_output: str | None) -> bool:
+        """A late verdict for a trace still being assembled: attribute it when complete."""
+        with self._lock:
+            trace = self._buffers.get(trace_id)
+            if trace is None:
+                return False
+            trace.verdict_failed = True
+            trace.expected_output = expected_output or trace.expected_output
+            return True
+
+    def is_released(self, trace_id: bytes) -> bool:
+        with self._lock:
+            return trace_id in self._released
+
+    def stats(self) -> AssemblyStats:
+        with self._lock:
+            stats = AssemblyStats(**vars(self._stats))
+            stats.buffered_traces = len(self._buffers)
+            stats.buffered_spans = sum(trace.spans for trace in self._buffers.values())
+            stats.buffered_bytes = sum(trace.payload_bytes for trace in self._buffers.values())
+        return stats
+
+    def _pop_locked(self, trace: BufferedTrace, now: float) -> None:
+        del self._buffers[trace.trace_id]
+        self._stats.completed_traces += 1
+        self._released[trace.trace_id] = now
+        self._released.move_to_end(trace.trace_id)
+        while len(self._released) > self._config.released_memory:
+            self._released.popitem(last=False)

@@ -1,0 +1,221 @@
+"""The processor's configuration: one validated pydantic model per component, YAML + environment.
+
+Every key can be set in YAML (``section: {key: value}``) and overridden by an environment
+variable ``OTEL_BLAME_<SECTION>__<KEY>`` (nested models continue with ``__``), e.g.
+``OTEL_BLAME_ASSEMBLY__QUIET_PERIOD=0.5`` or ``OTEL_BLAME_EXPORTER__TLS__CA_FILE=/ca.pem``.
+Values are read as YAML scalars (``true``, ``3``, ``0.5``, ``null``). Other ``OTEL_BLAME_*``
+variables (used by the instrumentation and the LLM client) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from otel_blame import semconv as sc
+from otel_blame.attribution.llm_client import LLMSettings
+
+ENV_PREFIX = "OTEL_BLAME_"
+MiB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names each bad key."""
+
+
+def _check_endpoint(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ServerTLSConfig(_Section):
+    """TLS for a receiver; with ``client_ca_file`` clients must present a certificate (mTLS)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+
+
+class ClientTLSConfig(_Section):
+    """TLS toward the downstream; ``cert_file``/``key_file`` for mTLS."""
+
+    ca_file: Path | None = Field(default=None, description="trust this CA; None = system roots")
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    server_name: str | None = Field(default=None, description="override the name checked in the certificate")
+
+
+class ReceiversConfig(_Section):
+    grpc_endpoint: str | None = Field(default="127.0.0.1:4317", description="OTLP/gRPC; null disables")
+    http_endpoint: str | None = Field(default="127.0.0.1:4318", description="OTLP/HTTP + health + verdicts")
+    max_request_bytes: int = Field(default=16 * MiB, gt=0, description="larger requests are refused")
+    auth_token: SecretStr | None = Field(default=None, description="require 'Authorization: Bearer <token>'")
+    tls: ServerTLSConfig | None = None
+    grpc_workers: int = Field(default=16, ge=1, description="concurrent gRPC requests")
+
+    _endpoints = field_validator("grpc_endpoint", "http_endpoint")(_check_endpoint)
+
+
+class WALConfig(_Section):
+    dir: Path = Field(default=Path("otel-blame-wal"), description="where the SQLite log lives")
+    max_bytes: int = Field(default=1024 * MiB, gt=0, description="past this, receivers answer 'retry later'")
+    retry_after_seconds: int = Field(default=5, ge=1, description="the retry hint sent when full")
+
+
+class AssemblyConfig(_Section):
+    quiet_period: float = Field(default=2.0, ge=0, description="root ended + this long without spans")
+    max_wait: float = Field(default=60.0, gt=0, description="release a trace this long after its first span")
+    max_traces: int = Field(default=10_000, ge=1, description="buffered traces; more are forwarded as is")
+    max_spans_per_trace: int = Field(default=20_000, ge=1, description="a bigger trace is forwarded as is")
+    forward_non_agent_immediately: bool = Field(default=True, description="no agent spans: no waiting")
+    released_memory: int = Field(default=200_000, ge=1, description="trace ids remembered as released")
+    tick_seconds: float = Field(default=0.05, gt=0, le=1.0)
+
+
+class DetectionConfig(_Section):
+    """Which signals make a trace failed; any one is enough."""
+
+    root_error: bool = Field(default=True, description="root span status ERROR")
+    outcome_attribute: bool = Field(default=True, description=f"{sc.TASK_OUTCOME} = failure")
+    root_exception_event: bool = Field(default=True, description="an exception event on the root span")
+    evaluation_score_attribute: str = sc.GEN_AI_EVALUATION_SCORE_VALUE
+    evaluation_score_threshold: float | None = Field(
+        default=None, description="scores below it (root attribute or evaluation event) mean failure"
+    )
+
+
+class AttributionConfig(_Section):
+    method: str = Field(default="heuristic", description="see `otel-blame attribute --help` for names")
+    fallback_method: str = Field(default="heuristic", description="used when the method errs or times out")
+    workers: int = Field(default=2, ge=1)
+    timeout: float = Field(default=120.0, gt=0, description="per trace, seconds")
+    redact: bool = Field(default=True, description="redact content before it goes to an LLM")
+    llm: LLMSettings | None = Field(default=None, description="null = OPENAI_BASE_URL / OPENAI_API_KEY env")
+
+
+class VerdictsConfig(_Section):
+    retention: float = Field(default=3600.0, ge=0, description="seconds a completed trace stays available")
+    max_traces: int = Field(default=10_000, ge=0)
+    max_bytes: int = Field(default=256 * MiB, ge=0)
+
+
+class ExporterConfig(_Section):
+    endpoint: str | None = Field(default=None, description="downstream HOST:PORT (gRPC) or URL (http)")
+    protocol: Literal["grpc", "http"] = "grpc"
+    tls: ClientTLSConfig | None = None
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="sent with every export")
+    timeout: float = Field(default=10.0, gt=0)
+    initial_backoff: float = Field(default=0.5, gt=0)
+    max_backoff: float = Field(default=30.0, gt=0)
+    workers: int = Field(default=2, ge=1)
+    max_batch_bytes: int = Field(default=4 * MiB, gt=0)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value and "://" not in value:
+            return _check_endpoint(value)
+        return value or None
+
+
+class ProcessorConfig(_Section):
+    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
+    wal: WALConfig = Field(default_factory=WALConfig)
+    assembly: AssemblyConfig = Field(default_factory=AssemblyConfig)
+    detection: DetectionConfig = Field(default_factory=DetectionConfig)
+    attribution: AttributionConfig = Field(default_factory=AttributionConfig)
+    verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
+    exporter: ExporterConfig = Field(default_factory=ExporterConfig)
+    shutdown_timeout: float = Field(default=10.0, ge=0, description="seconds to flush on stop")
+
+
+_SECTIONS = {name for name, info in ProcessorConfig.model_fields.items()}
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Nested dict from ``OTEL_BLAME_<SECTION>__<KEY>`` variables (and ``OTEL_BLAME_SHUTDOWN_TIMEOUT``)."""
+    tree: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        if path[0] not in _SECTIONS or (len(path) == 1 and path[0] != "shutdown_timeout"):
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw != "" else None
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, dict | list) or (path[-1] in _STRING_KEYS and value is not None):
+            value = raw
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{name}: conflicts with another variable")
+        node[path[-1]] = value
+    return tree
+
+
+# keys whose values stay strings even when they look like numbers
+_STRING_KEYS = {"auth_token", "api_key", "endpoint", "grpc_endpoint", "http_endpoint", "method", "model"}
+
+
+def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"{key}: {message}")
+    return "invalid configuration: " + "; ".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ProcessorConfig:
+    """YAML file (optional) <- environment <- explicit overrides (CLI flags), then validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as error:
+            raise ConfigError(f"cannot read configuration {path}: {error.strerror}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"configuration {path} is not valid YAML: {error}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"configuration {path}: expected a mapping at the top level")
+        data = loaded or {}
+    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
+    if overrides:
+        data = _merge(data, overrides)
+    try:
+        return ProcessorConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_describe(error)) from None

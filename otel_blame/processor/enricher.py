@@ -1,0 +1,147 @@
+"""THE one place where blame becomes span attributes.
+
+On a failed trace: the decisive step's span gets ``blame.culprit``, ``blame.agent``,
+``blame.step``, ``blame.reason`` and a ``blame.assigned`` event; the root gets ``blame.agent``,
+``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
+every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
+known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
+the same root attributes into the trace, with a link to the culprit span.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
+
+from otel_blame import __version__
+from otel_blame import semconv as sc
+from otel_blame.attribution.result import Attribution
+from otel_blame.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+SCOPE_NAME = "otel_blame.processor"
+
+
+def _value(value: object) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    return AnyValue(string_value=str(value))
+
+
+def _set(attributes, key: str, value: object) -> None:  # noqa: ANN001 - a repeated KeyValue field
+    """Set one attribute, replacing an earlier value of the same key rather than duplicating it."""
+    for position in range(len(attributes) - 1, -1, -1):
+        if attributes[position].key == key:
+            del attributes[position]
+    attributes.append(KeyValue(key=key, value=_value(value)))
+
+
+def root_attributes(attribution: Attribution) -> dict[str, object]:
+    """The ``blame.*`` attributes of a trace's root (and of a late ``blame {agent}`` span)."""
+    values: dict[str, object] = {
+        sc.BLAME_AGENT: attribution.agent,
+        sc.BLAME_STEP: attribution.step,
+        sc.BLAME_CONFIDENCE: float(attribution.confidence),
+        sc.BLAME_REASON: attribution.reason,
+        sc.BLAME_METHOD: attribution.method,
+    }
+    if attribution.model:
+        values[sc.BLAME_MODEL] = attribution.model
+    return values
+
+
+def step_scores(trajectory: Trajectory, attribution: Attribution) -> dict[int, float]:
+    """Each step's share of blame: the method's candidate scores, the culprit at least its confidence."""
+    scores = {step.index: 0.0 for step in trajectory.steps}
+    for candidate in attribution.candidates:
+        if candidate.step in scores:
+            scores[candidate.step] = max(scores[candidate.step], float(candidate.score))
+    if attribution.step in scores and not any(c.step == attribution.step for c in attribution.candidates):
+        scores[attribution.step] = float(attribution.confidence)
+    return scores
+
+
+class BlameEnricher:
+    """Writes an Attribution onto the spans of its trace."""
+
+    def enrich(
+        self, resource_spans: Sequence[ResourceSpans], trajectory: Trajectory, attribution: Attribution
+    ) -> int:
+        """Mutate the spans in place; return how many spans were changed."""
+        by_id: dict[str, list[Span]] = {}
+        for resource in resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    by_id.setdefault(span.span_id.hex(), []).append(span)
+        culprit_id = None
+        if 0 <= attribution.step < len(trajectory.steps):
+            culprit_id = trajectory.steps[attribution.step].span_id
+        else:
+            log.warning(
+                "attribution names step %d of %d; no culprit span", attribution.step, len(trajectory.steps)
+            )
+        changed: set[int] = set()
+        for index, score in step_scores(trajectory, attribution).items():
+            for span in by_id.get(trajectory.steps[index].span_id or "", []):
+                _set(span.attributes, sc.BLAME_SCORE, round(score, 6))
+                changed.add(id(span))
+        for span in by_id.get(culprit_id or "", []):
+            _set(span.attributes, sc.BLAME_CULPRIT, True)
+            _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
+            _set(span.attributes, sc.BLAME_STEP, attribution.step)
+            _set(span.attributes, sc.BLAME_REASON, attribution.reason)
+            event = span.events.add()
+            event.name = sc.BLAME_ASSIGNED_EVENT
+            event.time_unix_nano = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
+            for key, value in root_attributes(attribution).items():
+                _set(event.attributes, key, value)
+            changed.add(id(span))
+        for span in by_id.get(trajectory.root_span_id or "", []):
+            for key, value in root_attributes(attribution).items():
+                _set(span.attributes, key, value)
+            changed.add(id(span))
+        return len(changed)
+
+    def late_blame_span(
+        self, trajectory: Trajectory, attribution: Attribution, resource: Resource | None = None
+    ) -> bytes:
+        """An ExportTraceServiceRequest (serialised) with one new span ``blame {agent}``."""
+        now = time.time_ns()
+        span = Span(
+            trace_id=bytes.fromhex(trajectory.trace_id or ""),
+            span_id=os.urandom(8),
+            parent_span_id=bytes.fromhex(trajectory.root_span_id) if trajectory.root_span_id else b"",
+            name=sc.late_blame_span_name(attribution.agent),
+            kind=Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=now,
+            end_time_unix_nano=now,
+        )
+        for key, value in root_attributes(attribution).items():
+            _set(span.attributes, key, value)
+        if 0 <= attribution.step < len(trajectory.steps) and trajectory.steps[attribution.step].span_id:
+            link = span.links.add()
+            link.trace_id = span.trace_id
+            link.span_id = bytes.fromhex(trajectory.steps[attribution.step].span_id or "")
+            _set(link.attributes, sc.BLAME_CULPRIT, True)
+        event = span.events.add(name=sc.BLAME_ASSIGNED_EVENT, time_unix_nano=now)
+        _set(event.attributes, sc.BLAME_REASON, attribution.reason)
+        request = ExportTraceServiceRequest()
+        resource_spans = request.resource_spans.add()
+        if resource is not None:
+            resource_spans.resource.CopyFrom(resource)
+        scope_spans = resource_spans.scope_spans.add()
+        scope_spans.scope.CopyFrom(InstrumentationScope(name=SCOPE_NAME, version=__version__))
+        scope_spans.spans.append(span)
+        return request.SerializeToString()

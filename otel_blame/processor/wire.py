@@ -1,0 +1,181 @@
+"""Splitting OTLP export requests by trace id at the protobuf wire level.
+
+The hot path keeps no Python object per span: a received request is parsed once (upb), each
+span is re-serialised to bytes and the spans of one trace are written straight into the wire
+encoding of an ExportTraceServiceRequest holding only that trace. Because a repeated protobuf
+field is the concatenation of its entries, several such payloads joined with ``b"".join`` are
+again one valid request: that is how the exporter batches and how a trace is reassembled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+# byte strings whose presence marks a payload as coming from an agent instrumentation
+AGENT_MARKERS = (
+    b"gen_ai.",
+    b"openinference.span.kind",
+    b"traceloop.span.kind",
+    b"ag2.span.type",
+    b"otel_blame.",
+)
+
+# field tags (field number << 3 | wire type 2) of the OTLP messages we write
+_TAG_1 = b"\x0a"  # ExportTraceServiceRequest.resource_spans / ResourceSpans.resource / ScopeSpans.scope
+_TAG_2 = b"\x12"  # ResourceSpans.scope_spans / ScopeSpans.spans
+_TAG_3 = b"\x1a"  # schema_url
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def field(tag: bytes, payload: bytes) -> bytes:
+    """One length-delimited field."""
+    return tag + varint(len(payload)) + payload
+
+
+def has_agent_marker(payload: bytes) -> bool:
+    return any(marker in payload for marker in AGENT_MARKERS)
+
+
+class DecodeError(ValueError):
+    """The request body is not a valid OTLP protobuf message."""
+
+
+@dataclass(slots=True)
+class TraceGroup:
+    """The spans (or log records) of one trace taken from one request, as a request payload."""
+
+    trace_id: bytes
+    payload: bytes
+    items: int
+    has_root: bool = False
+    root_failed: bool = False
+    has_agent: bool = False
+
+
+def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[TraceGroup]:
+    """Parse an ExportTraceServiceRequest and cut it into one payload per trace id.
+
+    ``root_is_failed`` is asked about every root span (no parent) as it passes by, so failure
+    detection needs no second parse for traces that end well.
+    """
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except Exception as error:  # upb raises google.protobuf.message.DecodeError
+        raise DecodeError(f"invalid ExportTraceServiceRequest: {error}") from None
+    # trace id -> list of (resource header, list of (scope header, [span bytes]))
+    per_trace: dict[bytes, list[tuple[bytes, list[tuple[bytes, list[bytes]]]]]] = {}
+    roots: dict[bytes, bool] = {}
+    counts: dict[bytes, int] = {}
+    for resource_spans in request.resource_spans:
+        resource_header = b""
+        if resource_spans.HasField("resource"):
+            resource_header = field(_TAG_1, resource_spans.resource.SerializeToString())
+        resource_tail = (
+            field(_TAG_3, resource_spans.schema_url.encode()) if resource_spans.schema_url else b""
+        )
+        resource_header_full = resource_header + resource_tail
+        touched: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
+        for scope_spans in resource_spans.scope_spans:
+            scope_header = b""
+            if scope_spans.HasField("scope"):
+                scope_header = field(_TAG_1, scope_spans.scope.SerializeToString())
+            if scope_spans.schema_url:
+                scope_header += field(_TAG_3, scope_spans.schema_url.encode())
+            by_trace: dict[bytes, list[bytes]] = {}
+            for span in scope_spans.spans:
+                trace_id = span.trace_id
+                spans = by_trace.get(trace_id)
+                if spans is None:
+                    spans = by_trace[trace_id] = []
+                spans.append(span.SerializeToString())
+                if not span.parent_span_id:
+                    roots[trace_id] = roots.get(trace_id, False) or root_is_failed(span)
+            for trace_id, spans in by_trace.items():
+                scopes = touched.get(trace_id)
+                if scopes is None:
+                    scopes = touched[trace_id] = []
+                scopes.append((scope_header, spans))
+                counts[trace_id] = counts.get(trace_id, 0) + len(spans)
+        for trace_id, scopes in touched.items():
+            per_trace.setdefault(trace_id, []).append((resource_header_full, scopes))
+    groups = []
+    for trace_id, resources in per_trace.items():
+        encoded = []
+        for resource_header, scopes in resources:
+            scope_fields = b"".join(
+                field(_TAG_2, scope_header + b"".join([_TAG_2 + varint(len(s)) + s for s in spans]))
+                for scope_header, spans in scopes
+            )
+            encoded.append(field(_TAG_1, resource_header + scope_fields))
+        payload = b"".join(encoded)
+        groups.append(
+            TraceGroup(
+                trace_id=trace_id,
+                payload=payload,
+                items=counts[trace_id],
+                has_root=trace_id in roots,
+                root_failed=roots.get(trace_id, False),
+                has_agent=has_agent_marker(payload),
+            )
+        )
+    return groups
+
+
+def split_logs(body: bytes) -> list[TraceGroup]:
+    """Parse an ExportLogsServiceRequest and cut it into one payload per trace id (``b""`` for
+    records outside any trace)."""
+    try:
+        request = ExportLogsServiceRequest.FromString(body)
+    except Exception as error:
+        raise DecodeError(f"invalid ExportLogsServiceRequest: {error}") from None
+    per_trace: dict[bytes, list[bytes]] = {}
+    counts: dict[bytes, int] = {}
+    for resource_logs in request.resource_logs:
+        header = b""
+        if resource_logs.HasField("resource"):
+            header = field(_TAG_1, resource_logs.resource.SerializeToString())
+        tail = field(_TAG_3, resource_logs.schema_url.encode()) if resource_logs.schema_url else b""
+        touched: dict[bytes, list[bytes]] = {}
+        for scope_logs in resource_logs.scope_logs:
+            scope_header = b""
+            if scope_logs.HasField("scope"):
+                scope_header = field(_TAG_1, scope_logs.scope.SerializeToString())
+            if scope_logs.schema_url:
+                scope_header += field(_TAG_3, scope_logs.schema_url.encode())
+            by_trace: dict[bytes, list[bytes]] = {}
+            for record in scope_logs.log_records:
+                by_trace.setdefault(record.trace_id, []).append(record.SerializeToString())
+            for trace_id, records in by_trace.items():
+                touched.setdefault(trace_id, []).append(
+                    field(_TAG_2, scope_header + b"".join(field(_TAG_2, r) for r in records))
+                )
+                counts[trace_id] = counts.get(trace_id, 0) + len(records)
+        for trace_id, scopes in touched.items():
+            per_trace.setdefault(trace_id, []).append(field(_TAG_1, header + b"".join(scopes) + tail))
+    return [
+        TraceGroup(
+            trace_id=trace_id,
+            payload=b"".join(parts),
+            items=counts[trace_id],
+            has_agent=b"gen_ai." in b"".join(parts),
+        )
+        for trace_id, parts in per_trace.items()
+    ]
+
+
+def count_spans(payload: bytes) -> int:
+    request = ExportTraceServiceRequest.FromString(payload)
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)

@@ -1,0 +1,78 @@
+"""The processor end to end in-process: real SDK exporters in, a real OTLP/gRPC server out."""
+
+from __future__ import annotations
+
+import time
+
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from otel_blame import semconv as sc
+from otel_blame.spans_to_trajectory import attributes_to_dict
+
+from .spans import record_agent_run
+
+
+def _send(endpoint: str, spans) -> None:  # noqa: ANN001
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+
+
+def test_failed_trace_gets_blame_on_the_right_spans(sink, make_processor) -> None:  # noqa: ANN001
+    processor = make_processor()
+    spans = record_agent_run(
+        [("Planner", "Plan: compute 6*7."), ("Solver", "The answer is 41."), ("Critic", "Looks right.")],
+        failed=True,
+    )
+    _send(processor.grpc_endpoint, spans)
+    arrived = sink.wait_for_spans(len(spans), timeout=10)
+    by_name = {r.span.name: r.span for r in arrived}
+    root = by_name["invoke_workflow solve"]
+    root_attrs = attributes_to_dict(root.attributes)
+    assert root_attrs[sc.BLAME_METHOD] == "heuristic"
+    assert 0.0 <= root_attrs[sc.BLAME_CONFIDENCE] <= 1.0
+    culprit_agent = root_attrs[sc.BLAME_AGENT]
+    culprit = by_name[sc.agent_span_name(culprit_agent)]
+    culprit_attrs = attributes_to_dict(culprit.attributes)
+    assert culprit_attrs[sc.BLAME_CULPRIT] is True
+    assert culprit_attrs[sc.BLAME_STEP] == root_attrs[sc.BLAME_STEP]
+    assert [e.name for e in culprit.events] == [sc.BLAME_ASSIGNED_EVENT]
+    for agent in ("Planner", "Solver", "Critic"):
+        assert sc.BLAME_SCORE in attributes_to_dict(by_name[sc.agent_span_name(agent)].attributes)
+    # originals untouched
+    original_root = next(s for s in spans if s.parent is None)
+    assert root.status.code == 2 and root.status.message == original_root.status.description
+    assert root_attrs[sc.TASK_OUTCOME] == "failure"
+    assert processor.stats()["attributed_traces"] == 1
+
+
+def test_successful_and_non_agent_traces_pass_unchanged(sink, make_processor) -> None:  # noqa: ANN001
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    processor = make_processor()
+    ok = record_agent_run([("A", "x"), ("B", "42")], failed=False)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("web").start_as_current_span("GET /health") as span:
+        span.set_attribute("http.request.method", "GET")
+    plain = list(memory.get_finished_spans())
+    started = time.monotonic()
+    _send(processor.grpc_endpoint, plain)
+    sink.wait_for_spans(1, timeout=5)
+    assert time.monotonic() - started < 0.2 + 1.0  # forwarded without waiting for a quiet period
+    _send(processor.grpc_endpoint, ok)
+    arrived = sink.wait_for_spans(1 + len(ok), timeout=10)
+    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+
+    expected = {
+        s.span_id: s for rs in sdk_spans_to_proto(ok + plain) for ss in rs.scope_spans for s in ss.spans
+    }
+    assert len(arrived) == len(expected)
+    for recorded in arrived:
+        assert recorded.span == expected[recorded.span.span_id]
