@@ -1,0 +1,147 @@
+"""The ``ag2`` 1.x package through the instrumentor's middleware: real agents, real openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+from otel_blame import semconv
+from otel_blame.instrument import task
+from otel_blame.scripted_llm import Reply, ScriptedLLM
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+SCRIPT = [
+    Reply(tool_calls=[{"id": "call_w", "name": "ask_worker", "arguments": {"question": "What is 6*7?"}}]),
+    "42",
+    "The worker says 42.",
+]
+EXPECTED = [
+    ("user", "message", "Compute 6*7 with help."),
+    ("lead", "message", ""),  # the tool call, no text
+    ("worker", "message", "42"),
+    ("lead", "tool", "42"),
+    ("lead", "message", "The worker says 42."),
+]
+
+
+def _build(llm: ScriptedLLM, lead_middleware=(), worker_middleware=()):
+    from ag2 import Agent, tool
+    from ag2.config.openai.config import OpenAIConfig
+
+    config = OpenAIConfig(model="scripted-model", api_key="test-key", base_url=llm.base_url)
+    worker = Agent("worker", config=config, middleware=list(worker_middleware))
+
+    @tool
+    async def ask_worker(question: str) -> str:
+        """Ask the worker agent a question."""
+        reply = await worker.ask(question)
+        return reply.body
+
+    return Agent("lead", config=config, tools=[ask_worker], middleware=list(lead_middleware))
+
+
+def _summary(steps):
+    out = []
+    for step in steps:
+        message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
+        text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+    return out
+
+
+def test_agents_and_tools_make_ordered_steps_under_one_root(instrumented):
+    spans = instrumented
+    with ScriptedLLM(SCRIPT) as llm:
+        lead = _build(llm)
+        reply = asyncio.run(lead.ask("Compute 6*7 with help."))
+    assert reply.body == "The worker says 42."
+    steps = spans.steps()
+    assert _summary(steps) == EXPECTED
+    root = spans.root()
+    assert root.name == "invoke_workflow lead"
+    assert root.attributes[semconv.TASK_INPUT] == "Compute 6*7 with help."
+    assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "The worker says 42."
+    assert root.attributes[semconv.INSTRUMENTATION_SOURCE] == "ag2"
+    assert [s.attributes[semconv.STEP_INDEX] for s in steps] == list(range(5))
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    call = json.loads(steps[1].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
+    assert call == [
+        {
+            "type": "tool_call",
+            "name": "ask_worker",
+            "arguments": '{"question": "What is 6*7?"}',
+            "id": "call_w",
+        }
+    ]
+    assert steps[3].name == "execute_tool ask_worker"
+    assert len(spans.all()) == 6
+
+
+def test_inside_a_user_task_and_with_ag2_telemetry_on(instrumented):
+    from ag2.middleware import TelemetryMiddleware
+
+    spans = instrumented
+    with ScriptedLLM(SCRIPT) as llm:
+        telemetry = TelemetryMiddleware(tracer_provider=spans.provider)
+        lead = _build(llm, [telemetry], [telemetry])
+
+        async def main():
+            async with task("delegation", input="Compute 6*7 with help."):
+                return await lead.ask("Compute 6*7 with help.")
+
+        asyncio.run(main())
+    assert _summary(spans.steps()) == EXPECTED
+    ag2_spans = [s for s in spans.all() if "ag2.span.type" in (s.attributes or {})]
+    assert ag2_spans and all(semconv.STEP_INDEX not in s.attributes for s in ag2_spans)
+    assert spans.root().name == "invoke_workflow delegation"
+    assert len({s.context.trace_id for s in spans.all()}) == 1
+
+
+def test_failing_tool_is_an_error_step_and_a_failing_model_fails_the_task(instrumented):
+    from ag2 import Agent, tool
+    from ag2.config.openai.config import OpenAIConfig
+
+    spans = instrumented
+    script = [Reply(tool_calls=[{"id": "c1", "name": "lookup", "arguments": {}}]), "could not look it up"]
+    with ScriptedLLM(script) as llm:
+        config = OpenAIConfig(model="scripted-model", api_key="k", base_url=llm.base_url)
+
+        @tool
+        def lookup() -> str:
+            """Look something up."""
+            raise ValueError("index offline")
+
+        agent = Agent("searcher", config=config, tools=[lookup])
+        asyncio.run(agent.ask("find it"))
+    tool_step = spans.steps()[2]
+    assert tool_step.attributes[semconv.STEP_KIND] == "tool"
+    assert tool_step.status.status_code is StatusCode.ERROR
+    assert "index offline" in tool_step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
+
+    spans.exporter.clear()
+    with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
+        config = OpenAIConfig(model="scripted-model", api_key="k", base_url=llm.base_url, max_retries=0)
+        agent = Agent("fragile", config=config)
+        with pytest.raises(Exception) as caught:
+            asyncio.run(agent.ask("hello"))
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes[semconv.ERROR_TYPE] == type(caught.value).__qualname__
+    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user"]
+
+
+def test_uninstrument_restores_drive_scope(spans):
+    from ag2.agent import Agent
+
+    from otel_blame.instrument import OtelBlameInstrumentor
+
+    original = Agent.__dict__["_drive_scope"]
+    instrumentor = OtelBlameInstrumentor()
+    instrumentor.instrument()
+    assert Agent.__dict__["_drive_scope"] is not original
+    instrumentor.uninstrument()
+    assert Agent.__dict__["_drive_scope"] is original
