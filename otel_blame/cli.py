@@ -23,5 +23,10 @@ from otel_blame.attribution.cli import attribute_command, eval_command  # noqa: 
 main.add_command(attribute_command)
 main.add_command(eval_command)
 
+from otel_blame.processor.cli import serve, verdict  # noqa: E402
+
+main.add_command(serve)
+main.add_command(verdict)
+
 if __name__ == "__main__":
     main()
