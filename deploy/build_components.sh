@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Builds the real third-party programs the end-to-end tests run: an OpenTelemetry Collector made
+# with the Collector Builder (ocb) and Jaeger v2. Both are pinned below and cached outside the clone
+# under $OTEL_BLAME_E2E_CACHE (default ~/.cache/otel-blame-e2e); a binary is rebuilt only when its
+# pins (or the builder manifest) change. Modules come from the Go module proxy.
+#
+# Usage: deploy/build_components.sh        (prints the two binary paths when done)
+# Env:   OTEL_BLAME_E2E_CACHE  cache root;  E2E_GO_PARALLEL  `go build -p` (default 1, keeps the
+#        machine usable while it builds).
+set -euo pipefail
+
+# --- pins -----------------------------------------------------------------------------------------
+# Collector core modules (v0.x line) and contrib modules. Chosen to match the Collector that the
+# pinned Jaeger embeds, so both builds share one module set.
+BUILDER_VERSION=v0.140.0
+CORE_VERSION=v0.140.0
+CONTRIB_VERSION=v0.140.1
+# Jaeger v2 (`cmd/jaeger`). The module path has no /v2 suffix, so v2.x tags cannot be installed; the
+# repository also tags every release commit with a v1.x module version, which is what is pinned
+# here (the Go module proxy serves tagged versions; it refuses bare commit hashes).
+JAEGER_MODULE_VERSION=v1.76.0
+# ---------------------------------------------------------------------------------------------------
+
+here="$(cd "$(dirname "$0")" && pwd)"
+manifest_template="$here/components/otelcol-builder.yaml"
+cache="${OTEL_BLAME_E2E_CACHE:-$HOME/.cache/otel-blame-e2e}"
+bin="$cache/bin"
+parallel="${E2E_GO_PARALLEL:-1}"
+
+if ! command -v go >/dev/null 2>&1; then
+    echo "ERROR: Go is not installed (or not on PATH); it is needed to build the end-to-end" >&2
+    echo "       components (OpenTelemetry Collector, Jaeger). Install Go 1.24+ and retry." >&2
+    exit 1
+fi
+mkdir -p "$bin" "$cache/tools" "$cache/work"
+
+log() { echo "[build_components] $*" >&2; }
+
+# A pin file next to each binary records what it was built from; equal pins mean nothing to do.
+up_to_date() {  # $1 binary, $2 expected pin text
+    [[ -x "$1" && -f "$1.pin" && "$(cat "$1.pin")" == "$2" ]]
+}
+
+build_collector() {
+    local target="$bin/otelcol-blame"
+    local pin
+    pin="builder=$BUILDER_VERSION core=$CORE_VERSION contrib=$CONTRIB_VERSION go=$(go env GOVERSION)
+manifest=$(sha256sum "$manifest_template" | cut -d' ' -f1)"
+    if up_to_date "$target" "$pin"; then
+        log "otelcol-blame is up to date"
+        return
+    fi
+    local builder="$cache/tools/builder-$BUILDER_VERSION"
+    if [[ ! -x "$builder" ]]; then
+        log "installing the Collector Builder $BUILDER_VERSION"
+        local gobin="$cache/work/builder-bin"
+        rm -rf "$gobin" && mkdir -p "$gobin"
+        # The checksum database has no entry for the builder module itself; the proxy serves it over TLS.
+        (cd "$cache/work" && GOBIN="$gobin" GONOSUMDB=go.opentelemetry.io/collector/cmd/builder \
+            go install -p "$parallel" "go.opentelemetry.io/collector/cmd/builder@$BUILDER_VERSION")
+        mv "$gobin/builder" "$builder"
+    fi
+    local out="$cache/work/otelcol-blame"
+    rm -rf "$out" && mkdir -p "$out"
+    sed -e "s|@CORE@|$CORE_VERSION|g" -e "s|@CONTRIB@|$CONTRIB_VERSION|g" -e "s|@OUTPUT@|$out|g" \
+        "$manifest_template" >"$cache/work/otelcol-builder.yaml"
+    # The checksum database lacks many Collector modules, so module hashes are pinned by the go.sum
+    # kept next to the manifest instead (seeded into the generated module before `go mod tidy`).
+    cp "$here/components/otelcol-blame.go.sum" "$out/go.sum"
+    log "building otelcol-blame (core $CORE_VERSION, contrib $CONTRIB_VERSION); this takes a while"
+    GOSUMDB=off GOFLAGS="-p=$parallel -buildvcs=false" "$builder" --config "$cache/work/otelcol-builder.yaml"
+    if ! cmp -s "$out/go.sum" "$here/components/otelcol-blame.go.sum"; then
+        log "note: the build added module hashes missing from deploy/components/otelcol-blame.go.sum;"
+        log "      refresh it with: cp $out/go.sum $here/components/otelcol-blame.go.sum"
+    fi
+    install -m 0755 "$out/otelcol-blame" "$target.tmp"
+    mv "$target.tmp" "$target"
+    printf '%s' "$pin" >"$target.pin"
+}
+
+build_jaeger() {
+    local target="$bin/jaeger"
+    local pin="jaeger=$JAEGER_MODULE_VERSION go=$(go env GOVERSION)"
+    if up_to_date "$target" "$pin"; then
+        log "jaeger is up to date"
+        return
+    fi
+    # `go install pkg@version` refuses modules whose go.mod has replace directives (Jaeger's has
+    # one), so build inside the downloaded module instead; its go.sum pins every dependency.
+    log "downloading Jaeger $JAEGER_MODULE_VERSION"
+    local src
+    src="$(cd "$cache/work" && go mod download -json "github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION" |
+        sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+    if [[ -z "$src" || ! -f "$src/go.mod" ]]; then
+        log "ERROR: could not download github.com/jaegertracing/jaeger@$JAEGER_MODULE_VERSION"
+        exit 1
+    fi
+    log "building jaeger from $src; this takes a while"
+    (cd "$src" && GOFLAGS="-buildvcs=false" go build -p "$parallel" -trimpath -o "$target.tmp" ./cmd/jaeger)
+    mv "$target.tmp" "$target"
+    printf '%s' "$pin" >"$target.pin"
+}
+
+build_collector
+build_jaeger
+echo "$bin/otelcol-blame"
+echo "$bin/jaeger"
