@@ -20,10 +20,11 @@ told apart by who wrote which step. Deterministic and linear in the trajectory's
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.result import Attribution, Candidate
+from otel_blame.attribution.result import Attribution, Candidate, Cost
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
 METHOD_NAME = "heuristic"
@@ -43,12 +44,16 @@ _FABRICATION = re.compile(
     r"\blet'?s assume\b|\bassum(?:e|ing|ption)\b|\bhypothetical\w*\b|\bplaceholder\b|\bdummy\b|\bmock\w*\b"
     r"|\bsimulat\w+\b|\bfor (?:the sake of|illustration|demonstration)\b|\bexample (?:data|values?)\b"
     r"|\bsample data\b|\bfictional\b|\bmade[- ]up\b|\bI (?:don't|do not|cannot|can't) (?:have )?access\b"
-    r"|\bbased on (?:my|general|common|prior) knowledge\b|\bfrom memory\b|\btypically\b|\bapproximately\b"
-    r"|\bI(?:'ll| will) use (?:a |an |the )?(?:known|estimated|typical)\b"
-    r"|\breplace (?:this|with) (?:the )?actual\b"
-    r"|\byour[_ ](?:api[_ ]key|file|path)\b|\bpath/to/\b|\bestimat\w+\b|\bplausible\b",
+    r"|\bbased on (?:my|general|common|prior) knowledge\b|\bfrom memory\b"
+    r"|\breplace (?:this|with) (?:the )?actual\b|\byour[_ ](?:api[_ ]key|file|path)\b|\bpath/to/\b",
     re.IGNORECASE,
 )
+_HEDGING = re.compile(
+    r"\btypically\b|\bapproximately\b|\bestimat\w+\b|\bplausible\b|\blikely\b|\bprobably\b"
+    r"|\bI (?:believe|think)\b|\bshould be\b",
+    re.IGNORECASE,
+)
+_CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _APPROVAL = re.compile(
     r"\b(?:verified|confirm(?:ed|s)?|validated|is correct|are correct|looks correct|accurate(?:ly)?|"
     r"everything (?:is|looks) (?:correct|fine|good)|I agree|agreed)\b",
@@ -171,18 +176,77 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
     return best
 
 
+def _numbers(text: str) -> set[str]:
+    """Distinctive numbers (two or more significant digits) in a text, commas removed."""
+    out = set()
+    for match in _NUMBER.findall(text):
+        value = match.replace(",", "").lstrip("-")
+        if len(value.replace(".", "").lstrip("0")) >= 2:
+            out.add(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Weights:
+    """How much each signal counts. One set for every framework; chosen for generality, not fit."""
+
+    early: float = 1.0  # the first suspect's prior; later ones decay
+    decay: float = 0.35
+    coordinator_share: float = 0.35  # a coordinator's own steps, relative to its workers'
+    hard_error: float = 0.6
+    soft_error: float = 0.3
+    first_error: float = 1.0  # the run's first error counts this much more
+    fabrication: float = 0.45
+    hedging: float = 0.1
+    fabrication_cap: float = 0.9
+    novel: float = 0.0
+    novel_cap: float = 0.4
+    final_answer: float = 0.6
+    lacking: float = 0.3
+    approval: float = 0.15
+    stuck: float = 0.4
+
+
 class HeuristicAttribution:
     """Offline, deterministic attribution from general failure signals (see the module docstring)."""
 
     name = METHOD_NAME
 
-    def __init__(self, *, with_ground_truth: bool = False) -> None:
+    def __init__(self, *, with_ground_truth: bool = False, weights: Weights | None = None) -> None:
         self.with_ground_truth = with_ground_truth
+        self.weights = weights or Weights()
 
     def attribute(self, trajectory: Trajectory) -> Attribution:
-        steps = trajectory.steps
-        if not steps:
+        started = time.perf_counter()
+        if not trajectory.steps:
             raise AttributionError("the trajectory has no steps")
+        ranked = self.score_steps(trajectory)
+        best = ranked[0]
+        total = sum(item.score for item in ranked) or 1.0
+        candidates = [
+            Candidate(
+                step=item.step.index, agent=item.step.agent, score=round(min(1.0, item.score / total), 4)
+            )
+            for item in ranked[:MAX_CANDIDATES]
+        ]
+        runner_up = ranked[1].score if len(ranked) > 1 else 0.0
+        margin = (best.score - runner_up) / (best.score + 1e-9)
+        confidence = round(min(0.95, max(0.05, margin * 0.8 + 0.1)), 3)
+        reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(best.reasons[:3]) + "."
+        return Attribution(
+            agent=best.step.agent,
+            step=best.step.index,
+            confidence=confidence,
+            reason=reason,
+            method=METHOD_NAME,
+            candidates=candidates,
+            cost=Cost(seconds=round(time.perf_counter() - started, 6)),
+        )
+
+    def score_steps(self, trajectory: Trajectory) -> list[_Scored]:
+        """Every suspect step with its score and the signals behind it, best first."""
+        w = self.weights
+        steps = trajectory.steps
         actor_list = [step.index for step in steps if _is_actor(step, trajectory)]
         if not actor_list:
             actor_list = [step.index for step in steps if step.kind == StepKind.MESSAGE] or [steps[0].index]
@@ -197,13 +261,14 @@ class HeuristicAttribution:
         worker_rank = {index: rank for rank, index in enumerate(workers)}
         for index in actor_list:
             if coordinator is not None and steps[index].agent == coordinator:
-                weight = 0.35 / (1.0 + 0.35 * order[index])
+                weight = w.coordinator_share / (1.0 + w.decay * order[index])
             else:
-                weight = 1.0 / (1.0 + 0.35 * worker_rank[index])
-            scored[index].add(weight, "an early decision the rest of the run built on")
+                weight = 1.0 / (1.0 + w.decay * worker_rank[index])
+            scored[index].add(w.early * weight, "an early decision the rest of the run built on")
 
         # error signals in tool / code results blame the step that wrote the code
         results = [step for step in steps if step.kind != StepKind.MESSAGE or step.is_error]
+        first_error = True
         for result in results:
             hard = result.is_error or bool(_HARD_ERROR.search(result.content))
             soft = not hard and bool(_ERROR.search(result.content[:2000]))
@@ -212,20 +277,34 @@ class HeuristicAttribution:
             author = _author_of(steps, result, actors)
             if author is None:
                 continue
-            recovered = any(
-                later.kind != StepKind.MESSAGE
-                and not later.is_error
-                and not _HARD_ERROR.search(later.content)
-                for later in steps[result.index + 1 :]
-            )
-            weight = (0.6 if hard else 0.3) * (0.5 if recovered else 1.0)
+            # an error fixed later still marks the step that made it: fixing costs turns and often
+            # leaves a workaround behind, so it is not discounted
+            weight = w.hard_error if hard else w.soft_error
+            if first_error:
+                weight *= w.first_error
+                first_error = False
             scored[author].add(weight, "its code or tool call produced an error")
 
         # fabricated or assumed data
         for index in actor_list:
-            hits = len(_FABRICATION.findall(steps[index].content))
-            if hits:
-                scored[index].add(min(0.9, 0.45 + 0.15 * hits), "it relied on assumed or made-up data")
+            prose = _CODE_FENCE.sub(" ", steps[index].content)
+            strong = len(_FABRICATION.findall(prose))
+            weak = len(_HEDGING.findall(prose))
+            if strong or weak:
+                amount = min(w.fabrication_cap, w.fabrication * min(strong, 3) + w.hedging * min(weak, 3))
+                scored[index].add(amount, "it relied on assumed or made-up data")
+
+        # specific values (numbers) that appear from nowhere: not in the task, not in any earlier step
+        seen = _numbers(trajectory.task.input or "")
+        for step in steps:
+            found = _numbers(_CODE_FENCE.sub(" ", step.content))
+            novel = found - seen
+            if step.index in scored and novel and order[step.index] > 0:
+                scored[step.index].add(
+                    min(w.novel_cap, w.novel * len(novel)),
+                    "it introduced specific values no earlier step supports",
+                )
+            seen |= _numbers(step.content)
 
         # where the final (wrong) answer first entered
         answer = _final_answer(trajectory, actor_list)
@@ -241,7 +320,7 @@ class HeuristicAttribution:
                     if step.index not in actors:
                         target = _author_of(steps, step, actors) or -1
                     if target in scored:
-                        scored[target].add(0.8, "the wrong final answer first appeared here")
+                        scored[target].add(w.final_answer, "the wrong final answer first appeared here")
                     break
 
         # delegated work the coordinator then found lacking: blame the worker's report
@@ -250,41 +329,21 @@ class HeuristicAttribution:
                 following = next((step for step in steps[index + 1 :] if step.agent == coordinator), None)
                 if following is not None and _UNSATISFIED.search(following.content[:1500]):
                     scored[index].add(
-                        0.3 / (1.0 + 0.5 * worker_rank[index]), "the coordinator found its report lacking"
+                        w.lacking / (1.0 + 0.5 * worker_rank[index]),
+                        "the coordinator found its report lacking",
                     )
 
         # a verifier approving without new evidence
         for index in actor_list:
             step = steps[index]
             if order[index] > 0 and _APPROVAL.search(step.content) and not _CODE_BLOCK.search(step.content):
-                scored[index].add(0.15, "it approved a result without new evidence")
+                scored[index].add(w.approval, "it approved a result without new evidence")
 
         # the run never recovered after a step: the first step followed by a stuck / no-progress report
         for position, index in enumerate(actor_list[:-1]):
             following = steps[index + 1 : actor_list[position + 1] + 1]
             if any(_STUCK.search(step.content) for step in following):
-                scored[index].add(0.4, "the run reported no progress right after it")
+                scored[index].add(w.stuck, "the run reported no progress right after it")
                 break
 
-        ranked = sorted(scored.values(), key=lambda item: (-item.score, item.step.index))
-        best = ranked[0]
-        total = sum(item.score for item in ranked) or 1.0
-        candidates = [
-            Candidate(
-                step=item.step.index, agent=item.step.agent, score=round(min(1.0, item.score / total), 4)
-            )
-            for item in ranked[:MAX_CANDIDATES]
-        ]
-        runner_up = ranked[1].score if len(ranked) > 1 else 0.0
-        confidence = round(
-            min(0.95, max(0.05, (best.score - runner_up) / (best.score + 1e-9) * 0.8 + 0.1)), 3
-        )
-        reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(best.reasons[:3]) + "."
-        return Attribution(
-            agent=best.step.agent,
-            step=best.step.index,
-            confidence=confidence,
-            reason=reason,
-            method=METHOD_NAME,
-            candidates=candidates,
-        )
+        return sorted(scored.values(), key=lambda item: (-item.score, item.step.index))

@@ -86,7 +86,7 @@ def test_coordinator_runs_blame_the_workers_lacking_report():
 def test_candidates_are_ranked_scored_and_deterministic(five_steps):
     first = attribute(five_steps)
     second = attribute(five_steps)
-    assert first == second
+    assert first.model_dump(exclude={"cost"}) == second.model_dump(exclude={"cost"})
     scores = [c.score for c in first.candidates]
     assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
     assert first.candidates[0].step == first.step and first.method == "heuristic" and first.model is None
