@@ -29,6 +29,17 @@ class RedactionPattern:
 
     label: str
     regex: re.Pattern[str]
+    # Cheap pre-checks: the regex runs only if one of ``triggers`` occurs in the text (in the
+    # lower-cased text when ``lowercase``) and, if set, one of ``also`` does too. Empty: always run.
+    triggers: tuple[str, ...] = ()
+    lowercase: bool = False
+    also: tuple[str, ...] = ()
+
+    def may_match(self, text: str, lowered: str) -> bool:
+        haystack = lowered if self.lowercase else text
+        if self.triggers and not any(t in haystack for t in self.triggers):
+            return False
+        return not self.also or any(t in text for t in self.also)
 
     def apply(self, text: str) -> tuple[str, int]:
         marker = f"[REDACTED:{self.label}]"
@@ -48,6 +59,8 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
     RedactionPattern(
         "bearer_token",
         re.compile(r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)"),
+        triggers=("bearer",),
+        lowercase=True,
     ),
     RedactionPattern(
         "api_key",
@@ -62,6 +75,20 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
             r"|glpat-[A-Za-z0-9_\-]{20,}"  # GitLab
             r")"
         ),
+        triggers=(
+            "sk-",
+            "AKIA",
+            "ASIA",
+            "ghp_",
+            "gho_",
+            "ghu_",
+            "ghs_",
+            "ghr_",
+            "github_pat_",
+            "xox",
+            "AIza",
+            "glpat-",
+        ),
     ),
     RedactionPattern(
         "api_key",
@@ -69,12 +96,16 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
             r"(?i)\b(?:api[_-]?key|access[_-]?token|secret[_-]?key|client[_-]?secret|password|passwd)"
             r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;]{6,})"
         ),
+        triggers=("key", "token", "secret", "passw"),
+        lowercase=True,
+        also=(":", "="),
     ),
     RedactionPattern(
         "email",
         re.compile(
             r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}\b"
         ),
+        triggers=("@",),
     ),
 )
 
@@ -110,6 +141,7 @@ class Redactor:
         for label, regex in extra_patterns:
             patterns.append(RedactionPattern(label, re.compile(regex) if isinstance(regex, str) else regex))
         self._patterns = tuple(patterns)
+        self._any_lowercase = any(p.lowercase for p in self._patterns)
         self._hook = hook
         self._lock = threading.Lock()
         self._hook_failures = 0
@@ -122,9 +154,14 @@ class Redactor:
     def redact(self, text: str) -> Redacted:
         """Return ``text`` with every match masked; never raises for a failing user hook."""
         total = 0
+        lowered = text.lower() if self._any_lowercase else text
         for pattern in self._patterns:
+            if not pattern.may_match(text, lowered):
+                continue
             text, count = pattern.apply(text)
-            total += count
+            if count:
+                total += count
+                lowered = text.lower() if self._any_lowercase else text
         if self._hook is None:
             return Redacted(text, total)
         try:

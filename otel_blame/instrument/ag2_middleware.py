@@ -145,7 +145,7 @@ class _MiddlewareMixin:
     @guarded("ag2.turn")
     def _record_question(self, run: TaskRun, event: Any) -> None:
         if type(event).__name__ in ("ModelRequest", "DrainedModelRequest"):
-            record_message("user", _input_text(event), "user", source=SOURCE, task=run)
+            record_message("user", _input_text(event), "user", task=run)
 
     async def on_llm_call(self, call_next: Any, events: Sequence[Any], context: Any) -> Any:
         started = time.time_ns()
@@ -163,7 +163,6 @@ class _MiddlewareMixin:
             "assistant",
             tool_calls=calls or None,
             start_time_ns=started,
-            source=SOURCE,
             attributes=_model_attributes(response),
         )
 
@@ -185,7 +184,6 @@ class _MiddlewareMixin:
             tool_call_id=getattr(event, "id", None),
             is_error=failed,
             start_time_ns=started,
-            source=SOURCE,
         )
 
 

@@ -112,13 +112,7 @@ def _record_sent(sender: Any, message: Any, recipient: Any) -> None:
     started = _reply_started.pop(sender, None)
     if run is not None and started is not None and started < run.started_ns:
         started = None
-    fields: dict[str, Any] = {
-        "source": SOURCE,
-        "start_time_ns": started,
-        "attributes": {semconv.GEN_AI_AGENT_DESCRIPTION: to_text(getattr(sender, "description", ""))[:1024]}
-        if getattr(sender, "description", None)
-        else None,
-    }
+    fields: dict[str, Any] = {"start_time_ns": started}
     if not isinstance(message, Mapping):
         text = to_text(message)
         kind = StepKind.CODE_EXECUTION if _is_code_result(sender, text) else StepKind.MESSAGE

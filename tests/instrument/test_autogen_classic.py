@@ -59,7 +59,6 @@ def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_pa
             assert step.attributes[semconv.STEP_INDEX] == index
             assert step.parent.span_id == root.context.span_id
             assert step.attributes[semconv.GEN_AI_CONVERSATION_ID] == conversation
-            assert step.attributes[semconv.INSTRUMENTATION_SOURCE] == "autogen"
             assert step.name == f"invoke_agent {step.attributes[semconv.GEN_AI_AGENT_NAME]}"
             assert step.start_time <= step.end_time
         assert [s.attributes[semconv.STEP_KIND] for s in steps] == [
@@ -69,7 +68,6 @@ def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_pa
             "message",
             "message",
         ]
-        assert steps[1].attributes[semconv.GEN_AI_AGENT_DESCRIPTION] == "Writes Python code."
         starts = [s.start_time for s in steps]
         assert starts == sorted(starts)
         # the executor's step spans the real code run (started when it began its reply)

@@ -1,0 +1,293 @@
+"""Instrumentation overhead: a scripted classic-autogen group chat, plain vs traced, in one run.
+
+Modes (interleaved, each repeated ``--repetitions`` times, median reported):
+
+* ``plain``      no tracing at all (the baseline);
+* ``otel_blame`` OtelBlameInstrumentor on, BatchSpanProcessor + OTLP/gRPC exporter to a loopback sink;
+* ``ag2``        AG2's own tracing (``autogen.opentelemetry.instrument_agent`` on every agent), same
+                 exporter pipeline: the baseline a user would otherwise pick.
+
+The chat is a round-robin group chat of four LLM agents; every reply comes from the scripted
+OpenAI-compatible server over loopback HTTP through the real ``openai`` client (``--llm http``), or
+from a registered Python reply function with no HTTP at all (``--llm inline``, the harshest ratio:
+nothing but AG2's own bookkeeping to hide behind). Only the chat is timed; the exporter is
+flushed afterwards and the sink's span count is checked so a broken pipeline cannot look fast.
+
+    .venv/bin/python bench/instrumentation_overhead.py --messages 200 --repetitions 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import multiprocessing
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+from otel_blame.otlp_sink import RecordingOTLPSink
+from otel_blame.scripted_llm import ScriptedLLM
+
+MODES = ("plain", "otel_blame", "ag2")
+AGENTS = ("planner", "researcher", "coder", "reviewer")
+
+
+def _reply_text(turn: int) -> str:
+    # ~400 characters, a realistic short agent message
+    return f"Turn {turn}: " + "I have checked the previous step and extend the analysis accordingly. " * 5
+
+
+class SinkProcess:
+    """The loopback OTLP sink in a child process, so its decoding does not compete for our GIL."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve_sink, args=(child,), daemon=True)
+
+    def __enter__(self) -> SinkProcess:
+        self._process.start()
+        if not self._conn.poll(60):
+            raise RuntimeError("the OTLP sink process did not start")
+        self.endpoint: str = self._conn.recv()
+        return self
+
+    def _ask(self, command: str) -> Any:
+        self._conn.send(command)
+        return self._conn.recv()
+
+    def span_count(self) -> int:
+        return int(self._ask("count"))
+
+    def clear(self) -> None:
+        self._ask("clear")
+
+    def __exit__(self, *exc: object) -> None:
+        self._ask("stop")
+        self._process.join(timeout=10)
+
+
+def _serve_sink(conn: Any) -> None:
+    with RecordingOTLPSink() as sink:
+        conn.send(sink.endpoint)
+        while True:
+            command = conn.recv()
+            if command == "count":
+                conn.send(sink.span_count())
+            elif command == "clear":
+                sink.clear()
+                conn.send(True)
+            else:
+                conn.send(True)
+                return
+
+
+@dataclass
+class RunResult:
+    mode: str
+    seconds: float  # the chat alone
+    seconds_with_export: float  # the chat plus flushing every span to the sink
+    messages: int
+    spans_exported: int
+
+
+def _provider(sink: SinkProcess) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": "overhead-bench"}))
+    exporter = OTLPSpanExporter(endpoint=sink.endpoint, insecure=True, timeout=30)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=8192))
+    return provider
+
+
+def _build_chat(llm: ScriptedLLM | None, messages: int) -> tuple[Any, Any, list[Any]]:
+    from autogen import Agent, ConversableAgent, GroupChat, GroupChatManager
+
+    agents = []
+    for name in AGENTS:
+        if llm is None:
+            agent = ConversableAgent(name, llm_config=False, human_input_mode="NEVER")
+            counter = {"turn": 0}
+
+            def reply(
+                recipient: Any, messages: Any = None, sender: Any = None, config: Any = None, c=counter
+            ):
+                c["turn"] += 1
+                return True, _reply_text(c["turn"])
+
+            agent.register_reply([Agent, None], reply)
+        else:
+            config = {
+                "config_list": [
+                    {
+                        "model": "scripted-model",
+                        "base_url": llm.base_url,
+                        "api_key": "bench",
+                        "price": [0.0, 0.0],
+                    }
+                ],
+                "cache_seed": None,
+            }
+            agent = ConversableAgent(name, llm_config=config, human_input_mode="NEVER")
+        agents.append(agent)
+    chat = GroupChat(agents, messages=[], max_round=messages, speaker_selection_method="round_robin")
+    manager = GroupChatManager(chat, llm_config=False, is_termination_msg=lambda m: False)
+    return agents[0], manager, [*agents, manager]
+
+
+def run_once(
+    mode: str,
+    llm: ScriptedLLM | None,
+    sink: SinkProcess,
+    messages: int,
+    provider: TracerProvider | None,
+) -> RunResult:
+    """One timed chat. The provider (and its gRPC channel) lives across runs, as in a real app."""
+    from autogen.opentelemetry import instrument_agent
+
+    instrumentor = OtelBlameInstrumentor()
+    if mode == "otel_blame":
+        configure(tracer_provider=provider)
+        instrumentor.instrument()
+    try:
+        starter, manager, everyone = _build_chat(llm, messages)
+        if mode == "ag2":
+            for agent in everyone:
+                instrument_agent(agent, tracer_provider=provider)
+        sink.clear()
+        with contextlib.redirect_stdout(io.StringIO()):
+            started = time.perf_counter()
+            result = starter.initiate_chat(manager, message="Analyse the quarterly numbers.", silent=True)
+            seconds = time.perf_counter() - started
+    finally:
+        if mode == "otel_blame":
+            instrumentor.uninstrument()
+            reset_configuration()
+    exported = 0
+    with_export = seconds
+    if provider is not None:
+        provider.force_flush(30_000)
+        with_export = time.perf_counter() - started
+        exported = sink.span_count()
+    count = len(result.chat_history)
+    if mode == "otel_blame" and exported != count + 1:
+        raise RuntimeError(f"expected {count + 1} spans at the sink, got {exported}")
+    return RunResult(mode, seconds, with_export, count, exported)
+
+
+@dataclass
+class ModeSummary:
+    mode: str
+    median_seconds: float
+    median_seconds_with_export: float
+    messages: int
+    spans_exported: int
+    added_us_per_message: float
+    ratio: float
+    added_us_per_message_with_export: float
+    ratio_with_export: float
+
+
+def summarise(results: list[RunResult]) -> list[ModeSummary]:
+    def median(mode: str, field: str) -> float:
+        return statistics.median(getattr(r, field) for r in results if r.mode == mode)
+
+    base = median("plain", "seconds")
+    out = []
+    for mode in MODES:
+        runs = [r for r in results if r.mode == mode]
+        messages = runs[0].messages
+        chat, full = median(mode, "seconds"), median(mode, "seconds_with_export")
+        out.append(
+            ModeSummary(
+                mode,
+                chat,
+                full,
+                messages,
+                runs[0].spans_exported,
+                (chat - base) / messages * 1e6,
+                chat / base,
+                (full - base) / messages * 1e6,
+                full / base,
+            )
+        )
+    return out
+
+
+def micro_record_message(provider: TracerProvider, calls: int) -> float:
+    """µs per ``record_message`` of a 400-character message, BatchSpanProcessor + OTLP/gRPC."""
+    from otel_blame.instrument import record_message, task
+
+    configure(tracer_provider=provider)
+    text = _reply_text(1)
+    try:
+        with task("micro"):
+            for i in range(200):  # warm-up
+                record_message(AGENTS[i % 4], text)
+            started = time.perf_counter()
+            for i in range(calls):
+                record_message(AGENTS[i % 4], text)
+            seconds = time.perf_counter() - started
+    finally:
+        provider.force_flush(30_000)
+        reset_configuration()
+    return seconds / calls * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=200, help="messages per group chat (default 200)")
+    parser.add_argument("--repetitions", type=int, default=7, help="runs per mode, interleaved (default 7)")
+    parser.add_argument("--llm", choices=("http", "inline", "both"), default="both")
+    parser.add_argument("--micro-calls", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    if args.messages < 2 or args.repetitions < 1:
+        parser.error("--messages must be >= 2 and --repetitions >= 1")
+    logging.getLogger("autogen").setLevel(logging.ERROR)
+
+    print(f"# python {platform.python_version()}, {args.messages} messages, {args.repetitions} repetitions")
+    with SinkProcess() as sink:
+        providers: dict[str, TracerProvider | None] = {mode: _provider(sink) for mode in MODES}
+        providers["plain"] = None
+        for llm_kind in ("http", "inline") if args.llm == "both" else (args.llm,):
+            results: list[RunResult] = []
+            with ScriptedLLM(lambda request: _reply_text(len(request.get("messages", [])))) as llm:
+                use: ScriptedLLM | None = llm if llm_kind == "http" else None
+                for mode in MODES:  # warm-up: imports, HTTP and gRPC connections
+                    run_once(mode, use, sink, args.messages, providers[mode])
+                for _ in range(args.repetitions):
+                    for mode in MODES:
+                        results.append(run_once(mode, use, sink, args.messages, providers[mode]))
+            print(f"\n## llm={llm_kind}")
+            print(
+                "| mode | messages | spans exported | chat median (s) | added µs / message | ratio "
+                "| chat + export median (s) | added µs / message | ratio |"
+            )
+            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            for s in summarise(results):
+                print(
+                    f"| {s.mode} | {s.messages} | {s.spans_exported} | {s.median_seconds:.4f} "
+                    f"| {s.added_us_per_message:+.1f} | {s.ratio:.3f} | {s.median_seconds_with_export:.4f} "
+                    f"| {s.added_us_per_message_with_export:+.1f} | {s.ratio_with_export:.3f} |"
+                )
+        micro = micro_record_message(providers["otel_blame"], args.micro_calls)
+        print(f"\nrecord_message alone (400-char message, batch+OTLP): {micro:.1f} µs per call")
+        for provider in providers.values():
+            if provider is not None:
+                provider.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
