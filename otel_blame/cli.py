@@ -28,5 +28,9 @@ from otel_blame.processor.cli import serve, verdict  # noqa: E402
 main.add_command(serve)
 main.add_command(verdict)
 
+from otel_blame.demo import demo  # noqa: E402
+
+main.add_command(demo)
+
 if __name__ == "__main__":
     main()

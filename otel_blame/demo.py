@@ -1,0 +1,344 @@
+"""`otel-blame demo`: the whole path offline, in one process, with no API key.
+
+An instrumented AG2 group chat (otel_blame.demo_scenario) runs three tasks against a scripted LLM;
+its spans go over OTLP/gRPC to the blame processor running in-process; the processor attributes
+the failed runs and exports the enriched traces either to Jaeger (``--jaeger`` or Jaeger found on
+localhost:16686) or to a local recorder, from which they are written as OTLP JSON. Then one table
+per failed trace shows what the processor wrote on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_blame import semconv as sc
+from otel_blame.demo_scenario import TASKS, DemoTask, SpanCounter, TaskRunResult, run_tasks
+from otel_blame.otlp_json import traces_to_json
+from otel_blame.otlp_sink import RecordedSpan, RecordingOTLPSink
+from otel_blame.processor import BlameProcessor, load_config
+
+DEFAULT_JAEGER_URL = "http://localhost:16686"
+SERVICE_NAME = "otel-blame-demo"
+QUIET_PERIOD_SECONDS = 0.5
+BLAME_FIELDS = (sc.BLAME_AGENT, sc.BLAME_STEP, sc.BLAME_REASON, sc.BLAME_CONFIDENCE, sc.BLAME_METHOD)
+
+
+class DemoError(click.ClickException):
+    """A demo step failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Blame:
+    """What the processor wrote on one failed trace, read back from where it was exported."""
+
+    trace_id: str
+    task: str
+    agent: str
+    step: int | None
+    reason: str
+    confidence: float | None
+    method: str
+    culprit_span: str | None
+
+
+# --- Jaeger -------------------------------------------------------------------------------------
+
+
+def _get_json(url: str, timeout: float) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - user-given Jaeger URL
+        return json.loads(response.read())
+
+
+def jaeger_answers(url: str, timeout: float = 1.0) -> bool:
+    try:
+        _get_json(f"{url.rstrip('/')}/api/services", timeout)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def default_jaeger_otlp(url: str) -> str:
+    host = urllib.parse.urlsplit(url).hostname or "localhost"
+    return f"{host}:4317"
+
+
+def _jaeger_tags(span: Mapping[str, Any]) -> dict[str, Any]:
+    return {tag["key"]: tag["value"] for tag in span.get("tags", [])}
+
+
+def blame_from_jaeger(url: str, trace_id: str, task: DemoTask, timeout: float) -> Blame | None:
+    """Poll Jaeger's HTTP API until the trace's root span carries blame.agent (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            data = _get_json(f"{url.rstrip('/')}/api/traces/{trace_id}", timeout=5.0).get("data") or []
+        except (OSError, ValueError):
+            data = []
+        spans = data[0]["spans"] if data else []
+        root = next((s for s in spans if not s.get("references")), None)
+        if root is not None and sc.BLAME_AGENT in _jaeger_tags(root):
+            culprit = next((s for s in spans if _jaeger_tags(s).get(sc.BLAME_CULPRIT) is True), None)
+            return _blame(trace_id, task, _jaeger_tags(root), culprit["spanID"] if culprit else None)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.3)
+
+
+# --- the local recorder -------------------------------------------------------------------------
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for attribute in span.attributes:
+        value = attribute.value
+        kind = value.WhichOneof("value")
+        out[attribute.key] = getattr(value, kind) if kind else None
+    return out
+
+
+def blame_from_recorded(spans: Iterable[RecordedSpan], trace_id: str, task: DemoTask) -> Blame | None:
+    root = culprit = None
+    for recorded in spans:
+        if recorded.trace_id != trace_id:
+            continue
+        attributes = _attributes(recorded.span)
+        if not recorded.span.parent_span_id and sc.BLAME_AGENT in attributes:
+            root = attributes
+        if attributes.get(sc.BLAME_CULPRIT) is True:
+            culprit = recorded.span_id
+    return _blame(trace_id, task, root, culprit) if root is not None else None
+
+
+def _blame(trace_id: str, task: DemoTask, root: Mapping[str, Any], culprit_span: str | None) -> Blame:
+    step = root.get(sc.BLAME_STEP)
+    confidence = root.get(sc.BLAME_CONFIDENCE)
+    return Blame(
+        trace_id=trace_id,
+        task=task.name,
+        agent=str(root.get(sc.BLAME_AGENT)),
+        step=int(step) if step is not None else None,
+        reason=str(root.get(sc.BLAME_REASON, "")),
+        confidence=float(confidence) if confidence is not None else None,
+        method=str(root.get(sc.BLAME_METHOD, "")),
+        culprit_span=culprit_span,
+    )
+
+
+def write_otlp_json(
+    spans: Iterable[RecordedSpan], trace_ids: Iterable[str], out_dir: Path
+) -> dict[str, Path]:
+    """One OTLP/JSON file per trace (ExportTraceServiceRequest, hex ids), as the processor exported it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    wanted = set(trace_ids)
+    grouped: dict[str, dict[bytes, tuple[Any, list[Any]]]] = defaultdict(dict)
+    for recorded in spans:
+        if recorded.trace_id in wanted:
+            key = recorded.resource.SerializeToString(deterministic=True)
+            grouped[recorded.trace_id].setdefault(key, (recorded.resource, []))[1].append(recorded.span)
+    paths = {}
+    for trace_id, by_resource in grouped.items():
+        resource_spans = [
+            ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=span_list)])
+            for resource, span_list in by_resource.values()
+        ]
+        path = out_dir / f"{trace_id}.otlp.json"
+        path.write_text(traces_to_json(resource_spans, indent=2) + "\n", encoding="utf-8")
+        paths[trace_id] = path
+    return paths
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def format_blame_table(blame: Blame, task: DemoTask) -> str:
+    """A two-column table for one failed trace."""
+    confidence = f"{blame.confidence:.2f}" if blame.confidence is not None else "-"
+    rows = [
+        ("trace id", blame.trace_id),
+        ("task", f"{task.name}: {task.question}"),
+        ("blamed agent", blame.agent),
+        ("step", "-" if blame.step is None else str(blame.step)),
+        ("reason", blame.reason),
+        ("confidence", confidence),
+        ("method", blame.method),
+    ]
+    if task.fault_agent is not None:
+        rows.append(("planted fault", f"{task.fault_agent} at step {task.fault_step}: {task.fault}"))
+    width = max(len(label) for label, _ in rows)
+    value_width = 78
+    lines = []
+    border = f"+-{'-' * width}-+-{'-' * value_width}-+"
+    lines.append(border)
+    for label, value in rows:
+        chunks = _wrap(value, value_width)
+        for index, chunk in enumerate(chunks):
+            lines.append(f"| {(label if index == 0 else ''):<{width}} | {chunk:<{value_width}} |")
+    lines.append(border)
+    return "\n".join(lines)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    words, lines, current = text.split(), [], ""
+    for word in words:
+        while len(word) > width:
+            if current:
+                lines.append(current)
+                current = ""
+            lines.append(word[:width])
+            word = word[width:]
+        if current and len(current) + 1 + len(word) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = f"{current} {word}" if current else word
+    lines.append(current)
+    return lines
+
+
+# --- the command --------------------------------------------------------------------------------
+
+
+def _step(message: str) -> None:
+    click.echo(click.style("==> ", fg="cyan", bold=True) + message)
+
+
+def _run_app(endpoint: str, tasks: tuple[DemoTask, ...]) -> tuple[list[TaskRunResult], int]:
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
+    counter = SpanCounter()
+    provider.add_span_processor(counter)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
+
+    def progress(task: DemoTask, result: TaskRunResult) -> None:
+        verdict = click.style("FAILED", fg="red") if result.failed else click.style("ok", fg="green")
+        answer = str(result.final_answer)
+        click.echo(f"    {task.name:<14} answer {answer:<10} expected {task.expected_answer:<8} {verdict}")
+
+    # AG2 prints every message to stdout; the demo shows its own progress lines instead.
+    logging.getLogger("autogen.oai.client").setLevel(logging.ERROR)
+    chat_output = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(chat_output):
+            results = run_tasks(provider, tasks, on_task=progress)
+    finally:
+        provider.shutdown()
+    return results, sum(len(ids) for ids in counter.spans.values())
+
+
+@click.command("demo")
+@click.option(
+    "--jaeger",
+    "jaeger_url",
+    help=f"Jaeger query URL, e.g. {DEFAULT_JAEGER_URL}; default: use it if it answers",
+)
+@click.option("--jaeger-otlp", help="Jaeger's OTLP/gRPC HOST:PORT (default: the --jaeger host, port 4317)")
+@click.option("--no-jaeger", is_flag=True, help=f"do not look for Jaeger on {DEFAULT_JAEGER_URL}")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/demo"),
+    show_default=True,
+    help="where the enriched traces are written as OTLP JSON when there is no Jaeger",
+)
+@click.option("--timeout", type=float, default=60.0, show_default=True, help="seconds to wait for blame")
+def demo(
+    jaeger_url: str | None, jaeger_otlp: str | None, no_jaeger: bool, out_dir: Path, timeout: float
+) -> None:
+    """Run an instrumented multi-agent app offline and show which agent broke each failed run."""
+    if jaeger_url is not None and not jaeger_answers(jaeger_url, timeout=3.0):
+        raise DemoError(f"Jaeger does not answer at {jaeger_url} (GET /api/services)")
+    if jaeger_url is None and not no_jaeger and jaeger_answers(DEFAULT_JAEGER_URL):
+        jaeger_url = DEFAULT_JAEGER_URL
+    if jaeger_url is not None:
+        jaeger_otlp = jaeger_otlp or default_jaeger_otlp(jaeger_url)
+
+    with contextlib.ExitStack() as stack:
+        sink: RecordingOTLPSink | None = None
+        if jaeger_url is None:
+            sink = stack.enter_context(RecordingOTLPSink())
+            downstream = sink.endpoint
+            _step(f"no Jaeger: enriched traces go to a local recorder and then to {out_dir}/")
+        else:
+            downstream = str(jaeger_otlp)
+            _step(f"Jaeger at {jaeger_url}: enriched traces go to its OTLP endpoint {downstream}")
+
+        wal_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="otel-blame-demo-wal-"))
+        config = load_config(
+            environ={},
+            overrides={
+                "receivers": {"grpc_endpoint": "127.0.0.1:0", "http_endpoint": None},
+                "wal": {"dir": wal_dir},
+                "assembly": {"quiet_period": QUIET_PERIOD_SECONDS},
+                "attribution": {"method": "heuristic"},
+                "exporter": {"endpoint": downstream},
+            },
+        )
+        processor = BlameProcessor(config).start()
+        stack.callback(processor.stop)
+        _step(f"blame processor listening on {processor.grpc_endpoint} (offline heuristic method)")
+
+        _step(f"running {len(TASKS)} tasks in an AG2 group chat (user, planner, coder, executor, reviewer)")
+        results, span_count = _run_app(str(processor.grpc_endpoint), TASKS)
+        failed = [r for r in results if r.failed]
+        _step(f"sent {span_count} spans; {len(failed)} of {len(results)} runs failed; waiting for blame")
+
+        blames: dict[str, Blame | None] = {}
+        if sink is not None:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                spans = sink.spans()
+                blames = {r.trace_id: blame_from_recorded(spans, r.trace_id, r.task) for r in failed}
+                if all(blames.values()) and len(spans) >= span_count:
+                    break
+                time.sleep(0.2)
+            processor.stop()
+            spans = sink.spans()
+            blames = {r.trace_id: blame_from_recorded(spans, r.trace_id, r.task) for r in failed}
+            written = write_otlp_json(spans, [r.trace_id for r in results], out_dir)
+        else:
+            written = {}
+            for result in failed:
+                blames[result.trace_id] = blame_from_jaeger(
+                    str(jaeger_url), result.trace_id, result.task, timeout
+                )
+
+    for result in failed:
+        blame = blames.get(result.trace_id)
+        click.echo("")
+        if blame is None:
+            click.echo(
+                click.style(f"trace {result.trace_id} ({result.task.name}): no blame arrived", fg="red")
+            )
+            continue
+        click.echo(format_blame_table(blame, result.task))
+        if jaeger_url is not None:
+            click.echo(f"  in Jaeger: {jaeger_url.rstrip('/')}/trace/{result.trace_id}")
+        elif result.trace_id in written:
+            click.echo(f"  enriched trace (OTLP JSON): {written[result.trace_id]}")
+    if written:
+        click.echo("")
+        _step(
+            f"all {len(written)} traces written as OTLP JSON to {out_dir}/ (view: otel-blame attribute FILE)"
+        )
+    if any(blames.get(r.trace_id) is None for r in failed):
+        raise DemoError("some failed runs got no blame within the timeout")

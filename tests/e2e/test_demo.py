@@ -1,0 +1,78 @@
+"""`otel-blame demo`: offline run through the in-process processor, tables and OTLP JSON output."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from otel_blame import semconv as sc
+from otel_blame.cli import main
+from otel_blame.demo import Blame, format_blame_table
+from otel_blame.demo_scenario import TASKS, final_answer
+from otel_blame.otlp_json import parse_otlp_json
+
+FAILING = [task for task in TASKS if task.fault_agent is not None]
+
+
+def attributes(span) -> dict:
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in span.attributes}
+
+
+@pytest.mark.slow
+def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_path: Path):
+    out_dir = tmp_path / "demo"
+    result = CliRunner().invoke(main, ["demo", "--no-jaeger", "--out", str(out_dir), "--timeout", "60"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    output = result.output
+
+    tables = re.findall(r"\| trace id +\| ([0-9a-f]{32})", output)
+    assert len(tables) == len(FAILING)
+    for task in FAILING:
+        assert f"{task.name}: " in output
+    for label in ("blamed agent", "step", "reason", "confidence"):
+        assert output.count(f"| {label} ") == len(FAILING)
+
+    files = sorted(out_dir.glob("*.otlp.json"))
+    assert len(files) == len(TASKS)  # every trace, failed or not, as the processor exported it
+    for trace_id in tables:
+        path = out_dir / f"{trace_id}.otlp.json"
+        assert str(path) in output
+        resource_spans, _ = parse_otlp_json(path.read_text())
+        spans = [span for rs in resource_spans for ss in rs.scope_spans for span in ss.spans]
+        assert len(spans) == 6  # task root + user, planner, coder, executor, reviewer
+        root = next(span for span in spans if not span.parent_span_id)
+        culprits = [span for span in spans if attributes(span).get(sc.BLAME_CULPRIT) is True]
+        assert len(culprits) == 1
+        root_attrs, culprit_attrs = attributes(root), attributes(culprits[0])
+        for key in (sc.BLAME_AGENT, sc.BLAME_STEP, sc.BLAME_REASON):
+            assert culprit_attrs[key] == root_attrs[key]
+        assert 0.0 <= root_attrs[sc.BLAME_CONFIDENCE] <= 1.0
+        assert root_attrs[sc.BLAME_METHOD]
+        assert culprit_attrs[sc.GEN_AI_AGENT_NAME] == root_attrs[sc.BLAME_AGENT]
+        # the table shows what is on the trace
+        table = output[output.index(trace_id) :]
+        assert re.search(rf"\| blamed agent +\| {re.escape(root_attrs[sc.BLAME_AGENT])} ", table)
+
+
+def test_blame_table_wraps_long_values_and_shows_the_planted_fault():
+    task = FAILING[0]
+    blame = Blame("ab" * 16, task.name, "coder", 2, "word " * 40, 0.5, "heuristic", "cd" * 8)
+    table = format_blame_table(blame, task)
+    lines = table.splitlines()
+    assert len({len(line) for line in lines}) == 1, "every row has the same width"
+    assert "| blamed agent  | coder" in table
+    assert f"{task.fault_agent} at step {task.fault_step}" in table
+    assert sum(1 for line in lines if line.startswith("|               | word")) >= 1
+
+
+def test_final_answer_is_read_from_the_last_reviewer_message():
+    history = [
+        {"content": "Final answer: 1 TERMINATE"},
+        {"content": "code"},
+        {"content": "All good. Final answer: $81.38 TERMINATE"},
+    ]
+    assert final_answer(history) == "$81.38"
+    assert final_answer([{"content": "no answer here"}, {"content": None}]) is None
