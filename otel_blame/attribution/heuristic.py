@@ -2,19 +2,23 @@
 
 Every step gets a score from general failure signals, then the best-scoring step wins:
 
-- **error signals**: a tool or code result that failed blames the step that wrote the code;
-  an error the run never recovered from weighs more than one fixed a step later;
+- **error signals**: a tool or code result that failed blames the step that wrote the code
+  (hard failures such as tracebacks and non-zero exit codes more than soft ones such as "not
+  found"), even when a later step fixed it;
 - **fabricated or assumed data**: "let's assume", placeholder / hypothetical / mock values,
-  answering from memory instead of looking something up;
+  answering from memory instead of looking something up (hedging such as "probably" counts less);
 - **where the final answer entered**: the wrong final answer is traced back to the first step
   whose content carries it (through a code result, to the code's author);
 - **a verifier approving a wrong result**: approval without new evidence is a weaker suspect;
 - **no progress afterwards**: a step after which the run reports being stuck or looping;
+- **coordinated runs**: when one agent directs the others (found from who names whom, never from
+  names), facts enter through the workers' reports, so those are the main suspects, more so when
+  the coordinator's next message says the report did not deliver;
 - **earliest substantive decision**: errors propagate, so among similar suspects the earlier
   one is preferred (a decay by order of substantive steps, not by benchmark positions).
 
 Nothing here knows agent names, role strings or positions from any benchmark; agents are only
-told apart by who wrote which step. Deterministic and linear in the trajectory's size.
+told apart by who wrote which step. Deterministic; milliseconds for a 100-step run.
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ from otel_blame.trajectory import Step, StepKind, Trajectory
 METHOD_NAME = "heuristic"
 MAX_CANDIDATES = 5
 
+
+class _Signal:
+    """A case-insensitive regex behind a cheap literal prefilter: the regex (slow on long text, many
+    alternatives) only runs when the lower-cased text holds one of ``keys``."""
+
+    def __init__(self, pattern: str, keys: tuple[str, ...]) -> None:
+        self.regex = re.compile(pattern, re.IGNORECASE)
+        self.keys = keys
+
+    def _may_match(self, lower: str) -> bool:
+        return any(key in lower for key in self.keys)
+
+    def count(self, text: str, lower: str) -> int:
+        return len(self.regex.findall(text)) if self._may_match(lower) else 0
+
+    def search(self, text: str, lower: str) -> bool:
+        return self._may_match(lower) and self.regex.search(text) is not None
+
+
 _ERROR = re.compile(
     r"traceback \(most recent call last\)|\b\w*error\b:|\bexception\b|execution failed|exit ?code:? ?[1-9]"
     r"|\bfailed to\b|\bnot found\b|\b40[134]\b|\b50[023]\b|\bunable to\b|\bcould not\b|\bcannot\b"
@@ -40,29 +63,62 @@ _HARD_ERROR = re.compile(
     r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|\w+error:|\w+exception:",
     re.IGNORECASE,
 )
-_FABRICATION = re.compile(
+_FABRICATION = _Signal(
     r"\blet'?s assume\b|\bassum(?:e|ing|ption)\b|\bhypothetical\w*\b|\bplaceholder\b|\bdummy\b|\bmock\w*\b"
     r"|\bsimulat\w+\b|\bfor (?:the sake of|illustration|demonstration)\b|\bexample (?:data|values?)\b"
     r"|\bsample data\b|\bfictional\b|\bmade[- ]up\b|\bI (?:don't|do not|cannot|can't) (?:have )?access\b"
     r"|\bbased on (?:my|general|common|prior) knowledge\b|\bfrom memory\b"
     r"|\breplace (?:this|with) (?:the )?actual\b|\byour[_ ](?:api[_ ]key|file|path)\b|\bpath/to/\b",
-    re.IGNORECASE,
+    keys=(
+        "assum",
+        "hypothetical",
+        "placeholder",
+        "dummy",
+        "mock",
+        "simulat",
+        "for the sake of",
+        "for illustration",
+        "for demonstration",
+        "example data",
+        "example value",
+        "sample data",
+        "fictional",
+        "made up",
+        "made-up",
+        "access",
+        "knowledge",
+        "from memory",
+        "actual",
+        "your_",
+        "your ",
+        "path/to/",
+    ),
 )
-_HEDGING = re.compile(
+_HEDGING = _Signal(
     r"\btypically\b|\bapproximately\b|\bestimat\w+\b|\bplausible\b|\blikely\b|\bprobably\b"
     r"|\bI (?:believe|think)\b|\bshould be\b",
-    re.IGNORECASE,
+    keys=(
+        "typically",
+        "approximately",
+        "estimat",
+        "plausible",
+        "likely",
+        "probably",
+        "i believe",
+        "i think",
+        "should be",
+    ),
 )
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
-_APPROVAL = re.compile(
+_APPROVAL = _Signal(
     r"\b(?:verified|confirm(?:ed|s)?|validated|is correct|are correct|looks correct|accurate(?:ly)?|"
     r"everything (?:is|looks) (?:correct|fine|good)|I agree|agreed)\b",
-    re.IGNORECASE,
+    keys=("verified", "confirm", "validated", "correct", "accurate", "everything", "i agree", "agreed"),
 )
-_STUCK = re.compile(
+_STUCK = _Signal(
     r"\"is_progress_being_made\":\s*\{[^}]*\"answer\":\s*false|\"is_in_loop\":\s*\{[^}]*\"answer\":\s*true"
     r"|\bnot making progress\b|\bno progress\b|\bstalled\b|\bin a loop\b",
-    re.IGNORECASE,
+    keys=("is_progress_being_made", "is_in_loop", "progress", "stalled", "in a loop"),
 )
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
 _CODE_BLOCK = re.compile(r"```")
@@ -94,6 +150,18 @@ class _Scored:
             self.reasons.append(reason)
 
 
+SCAN_HEAD_CHARS = 3000
+SCAN_TAIL_CHARS = 1000
+
+
+def _window(text: str) -> str:
+    """What the signals read of a step: all of it, or head and tail of a very long one (web pages,
+    file dumps), so the cost per step is bounded."""
+    if len(text) <= SCAN_HEAD_CHARS + SCAN_TAIL_CHARS:
+        return text
+    return text[:SCAN_HEAD_CHARS] + "\n" + text[-SCAN_TAIL_CHARS:]
+
+
 def _normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().lower()
 
@@ -105,7 +173,7 @@ def _is_task_statement(step: Step, trajectory: Trajectory) -> bool:
     task = _normalise(trajectory.task.input or "")
     if not task:
         return False
-    return _normalise(step.content).startswith(task[:60])
+    return _normalise(step.content[: len(task) + 400]).startswith(task[:60])
 
 
 def _is_actor(step: Step, trajectory: Trajectory) -> bool:
@@ -144,7 +212,7 @@ def _final_answer(trajectory: Trajectory, actors: list[int]) -> str:
     if trajectory.task.final_output:
         return trajectory.task.final_output
     for index in reversed(actors[-3:]):
-        content = trajectory.steps[index].content
+        content = _window(trajectory.steps[index].content)
         marked = _ANSWER_MARKER.findall(content)
         if marked:
             return marked[-1]
@@ -176,16 +244,6 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
     return best
 
 
-def _numbers(text: str) -> set[str]:
-    """Distinctive numbers (two or more significant digits) in a text, commas removed."""
-    out = set()
-    for match in _NUMBER.findall(text):
-        value = match.replace(",", "").lstrip("-")
-        if len(value.replace(".", "").lstrip("0")) >= 2:
-            out.add(value)
-    return out
-
-
 @dataclass(frozen=True)
 class Weights:
     """How much each signal counts. One set for every framework; chosen for generality, not fit."""
@@ -195,12 +253,9 @@ class Weights:
     coordinator_share: float = 0.35  # a coordinator's own steps, relative to its workers'
     hard_error: float = 0.6
     soft_error: float = 0.3
-    first_error: float = 1.0  # the run's first error counts this much more
     fabrication: float = 0.45
     hedging: float = 0.1
     fabrication_cap: float = 0.9
-    novel: float = 0.0
-    novel_cap: float = 0.4
     final_answer: float = 0.6
     lacking: float = 0.3
     approval: float = 0.15
@@ -247,6 +302,8 @@ class HeuristicAttribution:
         """Every suspect step with its score and the signals behind it, best first."""
         w = self.weights
         steps = trajectory.steps
+        texts = [_window(step.content) for step in steps]
+        lowers = [text.lower() for text in texts]
         actor_list = [step.index for step in steps if _is_actor(step, trajectory)]
         if not actor_list:
             actor_list = [step.index for step in steps if step.kind == StepKind.MESSAGE] or [steps[0].index]
@@ -268,10 +325,9 @@ class HeuristicAttribution:
 
         # error signals in tool / code results blame the step that wrote the code
         results = [step for step in steps if step.kind != StepKind.MESSAGE or step.is_error]
-        first_error = True
         for result in results:
-            hard = result.is_error or bool(_HARD_ERROR.search(result.content))
-            soft = not hard and bool(_ERROR.search(result.content[:2000]))
+            hard = result.is_error or bool(_HARD_ERROR.search(texts[result.index]))
+            soft = not hard and bool(_ERROR.search(texts[result.index][:2000]))
             if not (hard or soft):
                 continue
             author = _author_of(steps, result, actors)
@@ -280,31 +336,17 @@ class HeuristicAttribution:
             # an error fixed later still marks the step that made it: fixing costs turns and often
             # leaves a workaround behind, so it is not discounted
             weight = w.hard_error if hard else w.soft_error
-            if first_error:
-                weight *= w.first_error
-                first_error = False
             scored[author].add(weight, "its code or tool call produced an error")
 
         # fabricated or assumed data
         for index in actor_list:
-            prose = _CODE_FENCE.sub(" ", steps[index].content)
-            strong = len(_FABRICATION.findall(prose))
-            weak = len(_HEDGING.findall(prose))
+            prose = _CODE_FENCE.sub(" ", texts[index]) if "```" in texts[index] else texts[index]
+            lower = prose.lower()
+            strong = _FABRICATION.count(prose, lower)
+            weak = _HEDGING.count(prose, lower)
             if strong or weak:
                 amount = min(w.fabrication_cap, w.fabrication * min(strong, 3) + w.hedging * min(weak, 3))
                 scored[index].add(amount, "it relied on assumed or made-up data")
-
-        # specific values (numbers) that appear from nowhere: not in the task, not in any earlier step
-        seen = _numbers(trajectory.task.input or "")
-        for step in steps:
-            found = _numbers(_CODE_FENCE.sub(" ", step.content))
-            novel = found - seen
-            if step.index in scored and novel and order[step.index] > 0:
-                scored[step.index].add(
-                    min(w.novel_cap, w.novel * len(novel)),
-                    "it introduced specific values no earlier step supports",
-                )
-            seen |= _numbers(step.content)
 
         # where the final (wrong) answer first entered
         answer = _final_answer(trajectory, actor_list)
@@ -313,8 +355,9 @@ class HeuristicAttribution:
             tokens -= _answer_tokens(trajectory.task.expected_output)
         if tokens:
             for step in steps:
-                flat = step.content.replace(",", "")
-                present = {token for token in tokens if token in flat or token in _normalise(step.content)}
+                flat = texts[step.index].replace(",", "")
+                normalised = _normalise(texts[step.index])
+                present = {token for token in tokens if token in flat or token in normalised}
                 if len(present) * 2 >= len(tokens):
                     target = step.index
                     if step.index not in actors:
@@ -336,13 +379,17 @@ class HeuristicAttribution:
         # a verifier approving without new evidence
         for index in actor_list:
             step = steps[index]
-            if order[index] > 0 and _APPROVAL.search(step.content) and not _CODE_BLOCK.search(step.content):
+            if (
+                order[index] > 0
+                and _APPROVAL.search(texts[index], lowers[index])
+                and not _CODE_BLOCK.search(step.content)
+            ):
                 scored[index].add(w.approval, "it approved a result without new evidence")
 
         # the run never recovered after a step: the first step followed by a stuck / no-progress report
         for position, index in enumerate(actor_list[:-1]):
-            following = steps[index + 1 : actor_list[position + 1] + 1]
-            if any(_STUCK.search(step.content) for step in following):
+            following = range(index + 1, actor_list[position + 1] + 1)
+            if any(_STUCK.search(texts[later], lowers[later]) for later in following):
                 scored[index].add(w.stuck, "the run reported no progress right after it")
                 break
 

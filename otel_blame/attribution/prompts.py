@@ -88,6 +88,8 @@ def render_task(trajectory: Trajectory, nonce: str, max_chars: int, with_ground_
         )
     if trajectory.outcome_reason:
         parts.append(f"Why the run was judged a failure: {shorten(trajectory.outcome_reason, 500)}")
+    count = len(trajectory.steps)
+    parts.append(f"The full log has {count} steps, numbered 0 to {count - 1}.")
     parts.append("Agents in this run: " + ", ".join(trajectory.agents))
     return "\n".join(parts)
 
