@@ -332,8 +332,10 @@ class BlameServer:
         extra_env: Mapping[str, str] | None = None,
         grpc_port: int | None = None,
         http_port: int | None = None,
+        quiet_period: float = 0.5,
     ):
         self.group = group
+        self.quiet_period = quiet_period
         self.name = name
         self.downstream = downstream
         self.wal_dir = wal_dir
@@ -356,6 +358,8 @@ class BlameServer:
             str(self.wal_dir),
             "--method",
             "heuristic",
+            "--quiet-period",
+            str(self.quiet_period),
         ]
         proc = self.group.start(self.name, argv, self.env)
         wait_ready(proc, f"http://127.0.0.1:{self.http_port}/readyz")

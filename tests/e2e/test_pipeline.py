@@ -1,0 +1,304 @@
+"""End to end against the real programs: app -> OpenTelemetry Collector -> otel-blame serve -> downstream.
+
+The Collector and Jaeger are the binaries deploy/build_components.sh builds (`make test` builds
+them first; without them these tests skip and say so). Everything listens on 127.0.0.1, every wait
+is bounded, and every process is stopped when a test ends, also when it fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_blame import semconv as sc
+from otel_blame.demo_scenario import TASKS, SpanCounter, run_tasks
+from otel_blame.instrument import configure, record_message, reset_configuration, set_outcome, task
+from otel_blame.otlp_sink import RecordedSpan, RecordingOTLPSink
+
+from .harness import (
+    COLLECTOR_BIN,
+    COLLECTOR_CONFIG_DIR,
+    JAEGER_BIN,
+    BlameServer,
+    Collector,
+    Jaeger,
+    ProcessGroup,
+    iter_spans,
+    jaeger_tags,
+    missing_binary_reason,
+    wait_until,
+)
+
+_missing = missing_binary_reason(COLLECTOR_BIN) or missing_binary_reason(JAEGER_BIN)
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing is not None, reason=str(_missing)),
+]
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[ProcessGroup]:
+    processes = ProcessGroup(tmp_path / "logs")
+    try:
+        yield processes
+    finally:
+        processes.close()
+
+
+def app_provider(service: str, endpoint: str) -> tuple[TracerProvider, SpanCounter]:
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    counter = SpanCounter()
+    provider.add_span_processor(counter)
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), max_queue_size=20000)
+    )
+    return provider, counter
+
+
+def explain(group: ProcessGroup):
+    """Attach the processes' log tails to an assertion failure."""
+    return f"\n{group.logs()}"
+
+
+def test_ag2_group_chat_through_collector_and_otel_blame_into_jaeger(group: ProcessGroup, tmp_path: Path):
+    jaeger = Jaeger(group)
+    blame = BlameServer(group, "otel-blame", downstream=jaeger.otlp_grpc_endpoint, wal_dir=tmp_path / "wal")
+    collector = Collector(
+        group,
+        COLLECTOR_CONFIG_DIR / "single.yaml",
+        "otelcol-single",
+        {"OTEL_BLAME_ENDPOINT": blame.otlp_grpc_endpoint, "OTELCOL_GROUP_WAIT": "1s"},
+    )
+    service = f"e2e-group-chat-{uuid.uuid4().hex[:8]}"
+    provider, counter = app_provider(service, collector.otlp_grpc_endpoint)
+    try:
+        results = run_tasks(provider, TASKS, work_dir=tmp_path / "code")
+    finally:
+        provider.shutdown()
+    failed = {r.trace_id: r for r in results if r.failed}
+    assert len(failed) == sum(1 for t in TASKS if t.fault_agent), "the scripted faults make these runs fail"
+    sent = counter.spans
+    assert set(sent) == {r.trace_id for r in results}
+
+    # Jaeger's tag search finds exactly the failed traces by their culprit span.
+    def blamed_traces() -> list[dict]:
+        found = jaeger.find_traces(service, tags={sc.BLAME_CULPRIT: "true"})
+        return found if len(found) == len(failed) else []
+
+    try:
+        found = wait_until(blamed_traces, timeout=90, what="the blamed traces in Jaeger")
+    except TimeoutError as error:
+        raise AssertionError(f"{error}{explain(group)}") from None
+    assert {t["traceID"] for t in found} == set(failed)
+
+    # Every span sent arrived, in every trace (failed or not), with its blame where it belongs.
+    def whole(trace_id: str) -> dict | None:
+        trace = jaeger.trace(trace_id)
+        if trace is None or {s["spanID"] for s in iter_spans(trace)} != sent[trace_id]:
+            return None
+        return trace
+
+    for result in results:
+        trace = wait_until(
+            lambda r=result: whole(r.trace_id), timeout=60, what=f"all spans of {result.trace_id}"
+        )
+        spans = list(iter_spans(trace))
+        root = next(s for s in spans if not s.get("references"))
+        root_tags = jaeger_tags(root)
+        culprits = [s for s in spans if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True]
+        if not result.failed:
+            assert not culprits and sc.BLAME_AGENT not in root_tags
+            continue
+        assert len(culprits) == 1
+        culprit_tags = jaeger_tags(culprits[0])
+        for key in (sc.BLAME_AGENT, sc.BLAME_STEP, sc.BLAME_REASON):
+            assert key in culprit_tags, f"culprit span lacks {key}"
+            assert culprit_tags[key] == root_tags[key]
+        assert culprit_tags[sc.GEN_AI_AGENT_NAME] == root_tags[sc.BLAME_AGENT]
+        assert culprit_tags[sc.STEP_INDEX] == root_tags[sc.BLAME_STEP]
+        assert 0.0 <= root_tags[sc.BLAME_CONFIDENCE] <= 1.0
+        assert root_tags[sc.BLAME_METHOD].startswith("heuristic")
+        agent_spans = [s for s in spans if sc.STEP_INDEX in jaeger_tags(s)]
+        assert agent_spans and all(sc.BLAME_SCORE in jaeger_tags(s) for s in agent_spans)
+        # the original attributes are untouched
+        assert root_tags[sc.TASK_OUTCOME] == sc.OUTCOME_FAILURE
+
+
+# --- scaled: load-balancing tier in front of two replicas ---------------------------------------
+
+TRACES = 200
+STEPS = ("triage", "researcher", "writer", "reviewer")
+
+
+def send_failed_traces(provider: TracerProvider, count: int, on_each=None) -> None:
+    """``count`` small failed agent runs through the instrumentation API (4 steps + root each)."""
+    configure(tracer_provider=provider)
+    try:
+        for index in range(count):
+            with task(f"ticket-{index}", input=f"Refund order #{index}?", expected_output="refund 20 EUR"):
+                record_message("triage", f"Order #{index}: customer asks for a refund of 20 EUR.")
+                record_message("researcher", "Policy lookup: the order total is 200 EUR.")
+                record_message("writer", "Drafted: we refund 200 EUR.")
+                record_message("reviewer", "Looks fine. Final answer: refund 200 EUR.")
+                set_outcome(False, final_output="refund 200 EUR", reason="refunded 200 instead of 20")
+            if on_each is not None:
+                on_each(index)
+    finally:
+        reset_configuration()
+
+
+def attrs(recorded: RecordedSpan) -> dict:
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in recorded.span.attributes}
+
+
+def start_scaled(
+    group: ProcessGroup, tmp_path: Path
+) -> tuple[Collector, list[BlameServer], list[RecordingOTLPSink]]:
+    sinks = [RecordingOTLPSink().start() for _ in range(2)]
+    replicas = [
+        BlameServer(group, f"otel-blame-{i}", downstream=sinks[i].endpoint, wal_dir=tmp_path / f"wal-{i}")
+        for i in range(2)
+    ]
+    balancer = Collector(
+        group,
+        COLLECTOR_CONFIG_DIR / "scaled.yaml",
+        "otelcol-loadbalancer",
+        {
+            "OTEL_BLAME_REPLICA_0": replicas[0].otlp_grpc_endpoint,
+            "OTEL_BLAME_REPLICA_1": replicas[1].otlp_grpc_endpoint,
+        },
+    )
+    return balancer, replicas, sinks
+
+
+def check_delivery(sinks: list[RecordingOTLPSink], sent: dict[str, set[str]]) -> dict[str, Counter]:
+    """trace id -> Counter(sink index) of the spans that arrived, after asserting none is lost."""
+    arrived: dict[str, set[str]] = defaultdict(set)
+    where: dict[str, Counter] = defaultdict(Counter)
+    for index, sink in enumerate(sinks):
+        for recorded in sink.spans():
+            arrived[recorded.trace_id].add(recorded.span_id)
+            where[recorded.trace_id][index] += 1
+    lost = {t: ids - arrived.get(t, set()) for t, ids in sent.items() if ids - arrived.get(t, set())}
+    assert not lost, f"{sum(map(len, lost.values()))} spans of {len(lost)} traces were lost"
+    return where
+
+
+def blamed_roots(sinks: list[RecordingOTLPSink]) -> dict[str, list[dict]]:
+    roots: dict[str, list[dict]] = defaultdict(list)
+    for sink in sinks:
+        for recorded in sink.spans():
+            if not recorded.span.parent_span_id:
+                roots[recorded.trace_id].append(attrs(recorded))
+    return roots
+
+
+def culprit_counts(sinks: list[RecordingOTLPSink]) -> Counter:
+    return Counter(
+        recorded.trace_id
+        for sink in sinks
+        for recorded in sink.spans()
+        if attrs(recorded).get(sc.BLAME_CULPRIT) is True
+    )
+
+
+def total_unique(sinks: list[RecordingOTLPSink]) -> int:
+    return len({(r.trace_id, r.span_id) for sink in sinks for r in sink.spans()})
+
+
+def test_scaled_every_trace_attributed_exactly_once_and_whole(group: ProcessGroup, tmp_path: Path):
+    balancer, replicas, sinks = start_scaled(group, tmp_path)
+    try:
+        provider, counter = app_provider("e2e-scaled", balancer.otlp_grpc_endpoint)
+        try:
+            send_failed_traces(provider, TRACES)
+        finally:
+            provider.shutdown()
+        sent = counter.spans
+        assert len(sent) == TRACES
+        expected = sum(len(ids) for ids in sent.values())
+        try:
+            wait_until(
+                lambda: total_unique(sinks) >= expected, timeout=120, what=f"{expected} spans downstream"
+            )
+            wait_until(
+                lambda: len(culprit_counts(sinks)) >= TRACES, timeout=60, what="a culprit in every trace"
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
+        time.sleep(1.0)  # anything duplicated would arrive now
+
+        where = check_delivery(sinks, sent)
+        # whole: all spans of a trace went to one replica, and each exactly once
+        for trace_id, per_sink in where.items():
+            assert len(per_sink) == 1, f"trace {trace_id} was split across replicas: {dict(per_sink)}"
+            assert sum(per_sink.values()) == len(sent[trace_id]), f"trace {trace_id} has duplicates"
+        # both replicas took a share
+        share = Counter(next(iter(per_sink)) for per_sink in where.values())
+        assert set(share) == {0, 1}, f"load was not balanced: {dict(share)}"
+        # exactly once: one culprit span and one blamed root per trace
+        assert set(culprit_counts(sinks).values()) == {1}
+        roots = blamed_roots(sinks)
+        assert len(roots) == TRACES
+        for trace_id, copies in roots.items():
+            assert len(copies) == 1 and sc.BLAME_AGENT in copies[0], trace_id
+    finally:
+        for sink in sinks:
+            sink.stop()
+
+
+def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp_path: Path):
+    balancer, replicas, sinks = start_scaled(group, tmp_path)
+    victim = replicas[1]
+    try:
+        provider, counter = app_provider("e2e-scaled-kill", balancer.otlp_grpc_endpoint)
+        halfway = threading.Event()
+
+        def pace(index: int) -> None:
+            if index == TRACES // 2:
+                halfway.set()
+            time.sleep(0.01)
+
+        sender = threading.Thread(target=send_failed_traces, args=(provider, TRACES, pace), daemon=True)
+        sender.start()
+        assert halfway.wait(120), "the sender did not get halfway"
+        victim.proc.kill()  # SIGKILL: no flush, no goodbye
+        assert not victim.proc.alive()
+        time.sleep(2.0)  # spans for the dead replica queue up in the Collector meanwhile
+        victim.restart()  # same ports, same write-ahead log
+        sender.join(180)
+        assert not sender.is_alive()
+        provider.shutdown()
+        sent = counter.spans
+        assert len(sent) == TRACES
+        expected = sum(len(ids) for ids in sent.values())
+        try:
+            wait_until(
+                lambda: total_unique(sinks) >= expected, timeout=180, what=f"{expected} spans downstream"
+            )
+            wait_until(
+                lambda: len(culprit_counts(sinks)) >= TRACES, timeout=60, what="a culprit in every trace"
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
+        where = check_delivery(sinks, sent)
+        # every span of every trace arrived; after a crash, delivery is at least once
+        assert len(where) == TRACES
+        roots = blamed_roots(sinks)
+        assert len(roots) == TRACES
+        unblamed = [t for t, copies in roots.items() if not any(sc.BLAME_AGENT in c for c in copies)]
+        assert not unblamed, f"{len(unblamed)} traces reached the downstream without blame"
+    finally:
+        for sink in sinks:
+            sink.stop()
