@@ -19,7 +19,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) lint
+# The real OpenTelemetry Collector and Jaeger for the end-to-end tests (tests/e2e), built from pinned
+# Go modules and cached under ~/.cache/otel-blame-e2e; a no-op when the pins have not changed.
+e2e-components:
+	@command -v go >/dev/null 2>&1 || { echo "ERROR: Go is required to build the end-to-end components (deploy/build_components.sh)" >&2; exit 1; }
+	deploy/build_components.sh
+
+test: $(STAMP) lint e2e-components
 	$(PY) -m pytest -q
 
 clean:
