@@ -265,3 +265,43 @@ def test_settings_from_environment(monkeypatch):
 def test_unknown_method_name_lists_the_choices():
     with pytest.raises(ValueError, match="heuristic"):
         create_method("magic")
+
+
+def test_concurrency_limit_is_shared_by_threads_using_one_method(llm):
+    import threading
+    import time
+
+    in_flight = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def slow(request: dict) -> str:
+        with lock:
+            in_flight["now"] += 1
+            in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        time.sleep(0.2)
+        with lock:
+            in_flight["now"] -= 1
+        return blame("A", 0)
+
+    trajectory = make_trajectory([("A", "a"), ("B", "b")])
+    with llm(slow, concurrency=1) as (server, settings):
+        method = create_method("all_at_once", llm=settings)
+        threads = [threading.Thread(target=method.attribute, args=(trajectory,)) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+    assert server.calls == 3 and in_flight["max"] == 1
+
+
+def test_json_extraction_and_shortening_helpers():
+    from otel_blame.attribution.llm_client import extract_json_object
+    from otel_blame.attribution.prompts import shorten
+
+    assert extract_json_object('Sure! {"a": 1} hope that helps') == {"a": 1}
+    assert extract_json_object('```json\n{"a": {"b": 2}}\n```') == {"a": {"b": 2}}
+    with pytest.raises(ValueError):
+        extract_json_object("[1, 2]")
+    short = shorten("A" * 500 + "Z" * 500, 300)
+    assert short.startswith("A") and short.endswith("Z") and "760 characters omitted" in short
+    assert len(short) < 400 and shorten("tiny", 300) == "tiny"
