@@ -64,7 +64,8 @@ class TraceAssembler:
     def __init__(self, config: AssemblyConfig) -> None:
         self._config = config
         self._lock = threading.Lock()
-        self._buffers: dict[bytes, BufferedTrace] = {}
+        self._buffers: dict[bytes, BufferedTrace] = {}  # in order of first arrival
+        self._by_activity: OrderedDict[bytes, None] = OrderedDict()  # least recently active first
         self._released: OrderedDict[bytes, float] = OrderedDict()
         self._stats = AssemblyStats()
 
@@ -85,6 +86,9 @@ class TraceAssembler:
                     self._stats.overflow_traces += 1
                     return Route.FORWARD, None
                 trace = self._buffers[group.trace_id] = BufferedTrace(group.trace_id, now, now)
+                self._by_activity[group.trace_id] = None
+            else:
+                self._by_activity.move_to_end(group.trace_id)
             trace.last_seen = now
             trace.payload_bytes += len(group.payload)
             trace.has_agent = trace.has_agent or group.has_agent
@@ -108,15 +112,21 @@ class TraceAssembler:
     def due(self, now: float) -> list[BufferedTrace]:
         """Pop the traces whose root ended and that were quiet long enough, or waited too long."""
         quiet, max_wait = self._config.quiet_period, self._config.max_wait
+        ready: dict[bytes, BufferedTrace] = {}
         with self._lock:
-            ready = [
-                trace
-                for trace in self._buffers.values()
-                if (trace.has_root and now - trace.last_seen >= quiet) or now - trace.first_seen >= max_wait
-            ]
-            for trace in ready:
+            for trace in self._buffers.values():
+                if now - trace.first_seen < max_wait:
+                    break
+                ready[trace.trace_id] = trace
+            for trace_id in self._by_activity:
+                trace = self._buffers[trace_id]
+                if now - trace.last_seen < quiet:
+                    break
+                if trace.has_root:
+                    ready[trace_id] = trace
+            for trace in ready.values():
                 self._pop_locked(trace, now)
-        return ready
+        return list(ready.values())
 
     def drain(self, now: float) -> list[BufferedTrace]:
         """Pop everything (shutdown)."""
@@ -150,6 +160,7 @@ class TraceAssembler:
 
     def _pop_locked(self, trace: BufferedTrace, now: float) -> None:
         del self._buffers[trace.trace_id]
+        del self._by_activity[trace.trace_id]
         self._stats.completed_traces += 1
         self._released[trace.trace_id] = now
         self._released.move_to_end(trace.trace_id)

@@ -82,7 +82,9 @@ class AssemblyConfig(_Section):
     max_spans_per_trace: int = Field(default=20_000, ge=1, description="a bigger trace is forwarded as is")
     forward_non_agent_immediately: bool = Field(default=True, description="no agent spans: no waiting")
     released_memory: int = Field(default=200_000, ge=1, description="trace ids remembered as released")
-    tick_seconds: float = Field(default=0.05, gt=0, le=1.0)
+    tick_seconds: float = Field(
+        default=0.02, gt=0, le=1.0, description="how often complete traces are looked for"
+    )
 
 
 class DetectionConfig(_Section):
