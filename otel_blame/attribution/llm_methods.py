@@ -139,7 +139,11 @@ class LLMMethod:
 
     def attribute(self, trajectory: Trajectory) -> Attribution:
         context = _Context(self, trajectory)
-        agent, step, reason, confidence, candidates = self._attribute(context)
+        try:
+            agent, step, reason, confidence, candidates = self._attribute(context)
+        except AttributionError as error:
+            error.cost = context.session.cost()
+            raise
         return Attribution(
             agent=agent,
             step=step,

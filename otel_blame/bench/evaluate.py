@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
-from otel_blame.attribution.result import Attribution
+from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
 
 
@@ -50,9 +50,12 @@ class SubsetSummary(BaseModel):
     mean_seconds: float
 
 
-def score_case(case: WhoAndWhenCase, attribution: Attribution | None) -> PredictionRecord:
-    """Exact-match scoring of one answer (None = the method failed on this log)."""
+def score_case(
+    case: WhoAndWhenCase, attribution: Attribution | None, spent: Cost | None = None
+) -> PredictionRecord:
+    """Exact-match scoring of one answer (None = the method failed on this log, having ``spent``)."""
     if attribution is None:
+        spent = spent or Cost()
         return PredictionRecord(
             file=case.file,
             predicted_agent=None,
@@ -61,10 +64,10 @@ def score_case(case: WhoAndWhenCase, attribution: Attribution | None) -> Predict
             mistake_step=case.mistake_step,
             agent_correct=False,
             step_correct=False,
-            llm_calls=0,
-            input_tokens=0,
-            output_tokens=0,
-            seconds=0.0,
+            llm_calls=spent.llm_calls,
+            input_tokens=spent.input_tokens,
+            output_tokens=spent.output_tokens,
+            seconds=spent.seconds,
         )
     cost = attribution.cost
     return PredictionRecord(
@@ -152,7 +155,7 @@ def evaluate(
             attribution: Attribution | None = method.attribute(case.trajectory)
         except AttributionError as raised:
             attribution, error = None, raised
-        record = score_case(case, attribution)
+        record = score_case(case, attribution, error.cost if error is not None else None)
         record.seconds = round(time.perf_counter() - started, 6)  # wall time, the same for every method
         records.append(record)
         if on_record is not None:

@@ -161,7 +161,9 @@ def test_eval_unanswered_logs_are_scored_wrong_not_fatal(dataset: Path, tmp_path
             main, [*args, "--base-url", settings.base_url]
         )
     assert result.exit_code == 0, result.output
-    assert all(json.loads(line)["predicted_agent"] is None for line in out.read_text().splitlines())
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(line["predicted_agent"] is None and not line["agent_correct"] for line in lines)
+    assert all(line["llm_calls"] == 2 and line["input_tokens"] > 0 for line in lines)  # spend is kept
     assert "unanswered" in result.output
 
 
