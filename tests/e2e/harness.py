@@ -157,6 +157,7 @@ class ProcessGroup:
 
     def __init__(self, log_dir: Path):
         self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.processes: list[ManagedProcess] = []
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> ManagedProcess:

@@ -14,6 +14,8 @@ from otel_blame.demo import Blame, format_blame_table
 from otel_blame.demo_scenario import TASKS, final_answer
 from otel_blame.otlp_json import parse_otlp_json
 
+from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
+
 FAILING = [task for task in TASKS if task.fault_agent is not None]
 
 
@@ -76,3 +78,38 @@ def test_final_answer_is_read_from_the_last_reviewer_message():
     ]
     assert final_answer(history) == "$81.38"
     assert final_answer([{"content": "no answer here"}, {"content": None}]) is None
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.skipif(
+    missing_binary_reason(JAEGER_BIN) is not None, reason=str(missing_binary_reason(JAEGER_BIN))
+)
+def test_demo_with_jaeger_prints_links_to_blamed_traces(tmp_path: Path):
+    group = ProcessGroup(tmp_path / "logs")
+    try:
+        jaeger = Jaeger(group)
+        args = [
+            "demo",
+            "--jaeger",
+            jaeger.base_url,
+            "--jaeger-otlp",
+            jaeger.otlp_grpc_endpoint,
+            "--timeout",
+            "60",
+        ]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output + repr(result.exception) + group.logs()
+        links = re.findall(rf"{re.escape(jaeger.base_url)}/trace/([0-9a-f]{{32}})", result.output)
+        assert len(links) == len(FAILING)
+        for trace_id in links:
+            trace = jaeger.trace(trace_id)
+            assert trace is not None
+            culprits = [s for s in iter_spans(trace) if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True]
+            assert len(culprits) == 1
+            agent = jaeger_tags(culprits[0])[sc.BLAME_AGENT]
+            table = result.output[result.output.index(f"| trace id      | {trace_id}") :]
+            assert re.search(rf"\| blamed agent +\| {re.escape(agent)} ", table)
+        assert "OTLP JSON" not in result.output  # Jaeger mode writes no files
+    finally:
+        group.close()

@@ -7,6 +7,7 @@ is bounded, and every process is stopped when a test ends, also when it fails.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from .harness import (
     Collector,
     Jaeger,
     ProcessGroup,
+    http_get,
     iter_spans,
     jaeger_tags,
     missing_binary_reason,
@@ -56,12 +58,15 @@ def group(tmp_path: Path) -> Iterator[ProcessGroup]:
         processes.close()
 
 
-def app_provider(service: str, endpoint: str) -> tuple[TracerProvider, SpanCounter]:
+def app_provider(
+    service: str, endpoint: str, schedule_delay_millis: int = 1000
+) -> tuple[TracerProvider, SpanCounter]:
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     counter = SpanCounter()
     provider.add_span_processor(counter)
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
     provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), max_queue_size=20000)
+        BatchSpanProcessor(exporter, max_queue_size=20000, schedule_delay_millis=schedule_delay_millis)
     )
     return provider, counter
 
@@ -258,26 +263,51 @@ def test_scaled_every_trace_attributed_exactly_once_and_whole(group: ProcessGrou
             sink.stop()
 
 
+def received_spans(server: BlameServer) -> int:
+    """Spans the replica has written to its write-ahead log (and so acknowledged), from /metrics."""
+    status, body = http_get(f"http://127.0.0.1:{server.http_port}/metrics")
+    assert status == 200
+    match = re.search(rb"^otel_blame_processor_received_spans_total (\d+)", body, flags=re.MULTILINE)
+    assert match, "the processor's /metrics lacks otel_blame_processor_received_spans_total"
+    return int(match.group(1))
+
+
 def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp_path: Path):
     balancer, replicas, sinks = start_scaled(group, tmp_path)
-    victim = replicas[1]
+    victim, victim_sink = replicas[1], sinks[1]
     try:
-        provider, counter = app_provider("e2e-scaled-kill", balancer.otlp_grpc_endpoint)
-        halfway = threading.Event()
+        # Spans flow continuously (short batch delay, paced sender), so the victim always holds
+        # traces it has acknowledged but not yet exported (they wait out the quiet period).
+        provider, counter = app_provider(
+            "e2e-scaled-kill", balancer.otlp_grpc_endpoint, schedule_delay_millis=100
+        )
+        progress = {"sent": 0}
 
         def pace(index: int) -> None:
-            if index == TRACES // 2:
-                halfway.set()
-            time.sleep(0.01)
+            progress["sent"] = index + 1
+            time.sleep(0.03)
 
         sender = threading.Thread(target=send_failed_traces, args=(provider, TRACES, pace), daemon=True)
         sender.start()
-        assert halfway.wait(120), "the sender did not get halfway"
+
+        def in_flight_at_victim() -> int | None:
+            if progress["sent"] < TRACES // 3:
+                return None
+            received = received_spans(victim)
+            return received if received - victim_sink.span_count() >= 5 else None
+
+        received_before_kill = wait_until(
+            in_flight_at_victim, timeout=120, what="spans in flight at the victim"
+        )
         victim.proc.kill()  # SIGKILL: no flush, no goodbye
+        exported_before_kill = victim_sink.span_count()
         assert not victim.proc.alive()
-        time.sleep(2.0)  # spans for the dead replica queue up in the Collector meanwhile
+        assert progress["sent"] < TRACES, "the kill must happen mid-run"
+        # The kill caught acknowledged spans that were not exported yet: only the WAL has them now.
+        assert received_before_kill > exported_before_kill
+        time.sleep(2.0)  # meanwhile the Collector queues and retries the victim's slice
         victim.restart()  # same ports, same write-ahead log
-        sender.join(180)
+        sender.join(120)
         assert not sender.is_alive()
         provider.shutdown()
         sent = counter.spans
@@ -292,9 +322,10 @@ def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp
             )
         except TimeoutError as error:
             raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
-        where = check_delivery(sinks, sent)
-        # every span of every trace arrived; after a crash, delivery is at least once
+        where = check_delivery(sinks, sent)  # every span of every trace arrived
         assert len(where) == TRACES
+        # whole even across the crash: the victim's slice stayed with the victim
+        assert all(len(per_sink) == 1 for per_sink in where.values())
         roots = blamed_roots(sinks)
         assert len(roots) == TRACES
         unblamed = [t for t, copies in roots.items() if not any(sc.BLAME_AGENT in c for c in copies)]
