@@ -260,6 +260,7 @@ class Weights:
     lacking: float = 0.3
     approval: float = 0.15
     stuck: float = 0.4
+    agent_support: float = 0.1  # share of an agent's other suspect steps added to its case
 
 
 class HeuristicAttribution:
@@ -276,7 +277,19 @@ class HeuristicAttribution:
         if not trajectory.steps:
             raise AttributionError("the trajectory has no steps")
         ranked = self.score_steps(trajectory)
-        best = ranked[0]
+        # the agent: its best step's score plus a small share of its other suspect steps (an agent that
+        # slipped several times is the likelier culprit); the step: that agent's best step
+        support: dict[str, float] = {}
+        best_of: dict[str, _Scored] = {}
+        for item in ranked:
+            agent = item.step.agent
+            support[agent] = support.get(agent, 0.0) + (
+                item.score if agent not in best_of else self.weights.agent_support * item.score
+            )
+            best_of.setdefault(agent, item)
+        chosen = max(support, key=lambda agent: (support[agent], -best_of[agent].step.index))
+        best = best_of[chosen]
+        ranked = [best] + [item for item in ranked if item is not best]
         total = sum(item.score for item in ranked) or 1.0
         candidates = [
             Candidate(

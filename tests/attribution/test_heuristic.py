@@ -88,7 +88,7 @@ def test_candidates_are_ranked_scored_and_deterministic(five_steps):
     second = attribute(five_steps)
     assert first.model_dump(exclude={"cost"}) == second.model_dump(exclude={"cost"})
     scores = [c.score for c in first.candidates]
-    assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
+    assert scores[1:] == sorted(scores[1:], reverse=True) and all(0 <= s <= 1 for s in scores)
     assert first.candidates[0].step == first.step and first.method == "heuristic" and first.model is None
     assert 0 < first.confidence <= 1 and first.cost.llm_calls == 0
 
@@ -129,3 +129,24 @@ def test_hundred_step_run_is_handled():
 def test_empty_trajectory_is_an_attribution_error():
     with pytest.raises(AttributionError, match="no steps"):
         attribute(Trajectory())
+
+
+def test_an_agent_with_several_suspect_steps_is_the_likelier_culprit():
+    from otel_blame.attribution.heuristic import Weights
+
+    trajectory = make_trajectory(
+        [
+            ("Bea", "Let's assume hypothetical values; we assume the rate is 5 percent."),
+            ("Abe", "I will fill in a placeholder for the rate."),
+            ("Abe", "The table below holds dummy values."),
+        ]
+    )
+    alone = attribute_with(trajectory, Weights(agent_support=0.0))
+    together = attribute_with(trajectory, Weights(agent_support=1.0))
+    assert (alone.agent, alone.step) == ("Bea", 0)
+    assert (together.agent, together.step) == ("Abe", 1)
+    assert together.candidates[0].step == 1
+
+
+def attribute_with(trajectory: Trajectory, weights):
+    return HeuristicAttribution(weights=weights).attribute(trajectory)
