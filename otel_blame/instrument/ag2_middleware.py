@@ -4,7 +4,9 @@
 instantiates its middleware; the instrumentor adds :class:`OtelBlameMiddleware`, bound to the
 agent, to the turn's ``additional_middleware``. The middleware records each model response
 (text and tool calls) and each tool result as a step, and the question that started the
-outermost turn as a ``user`` step. A turn with no ``task()`` around it gets its own root.
+outermost turn as a ``user`` step. An ag2 ``Task`` (``async with agent.task(...)``) is an
+otel-blame task: its title names the root, ``complete``/``fail`` set the outcome. A turn with no
+task around it gets its own root.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrument.content import to_text
 from otel_blame.instrument.safety import guarded
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
+from otel_blame.instrument.tasks import TaskRun, current_task, record_message, set_outcome, task
 from otel_blame.trajectory import StepKind
 
 SOURCE = "ag2"
@@ -51,11 +53,109 @@ def instrument() -> None:
     Agent._drive_scope = _drive_scope  # type: ignore[method-assign]
     _patches.append((Agent, "_drive_scope", original))
 
+    from ag2.task import Task
+
+    for name, make in (
+        ("__aenter__", _wrap_task_enter),
+        ("__aexit__", _wrap_task_exit),
+        ("complete", _wrap_task_complete),
+        ("fail", _wrap_task_fail),
+    ):
+        original_method = Task.__dict__.get(name)
+        if original_method is None or getattr(original_method, _WRAPPED, False):
+            continue
+        wrapper = make(original_method)
+        setattr(wrapper, _WRAPPED, True)
+        setattr(Task, name, wrapper)
+        _patches.append((Task, name, original_method))
+
 
 def uninstrument() -> None:
     while _patches:
         owner, name, original = _patches.pop()
         setattr(owner, name, original)
+
+
+# -- ag2 Task: its lifecycle is an otel-blame task -------------------------------------------
+
+_SCOPE = "_otel_blame_scope"
+
+
+def _run_of(ag2_task: Any) -> TaskRun | None:
+    scope = ag2_task.__dict__.get(_SCOPE)
+    return scope[1] if scope else None
+
+
+@guarded("ag2.task_enter")
+def _open_task(ag2_task: Any) -> None:
+    spec = getattr(ag2_task, "_spec", None)
+    title = to_text(getattr(spec, "title", "")) or to_text(getattr(ag2_task, "_owner_id", "")) or "task"
+    scope = task(
+        title,
+        input=to_text(getattr(spec, "description", "")) or title,
+        conversation_id=getattr(ag2_task, "task_id", None),
+        attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
+    )
+    run = scope.__enter__()
+    ag2_task.__dict__[_SCOPE] = (scope, run)
+
+
+def _close_task(ag2_task: Any, exc: BaseException | None) -> None:
+    opened = ag2_task.__dict__.pop(_SCOPE, None)
+    if opened is not None:
+        opened[0].__exit__(type(exc) if exc else None, exc, None)
+
+
+def _is_running(ag2_task: Any) -> bool:
+    metadata = getattr(ag2_task, "_metadata", None)
+    return getattr(getattr(metadata, "state", None), "value", None) == "running"
+
+
+def _wrap_task_enter(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aenter__(self: Any) -> Any:
+        entered = await original(self)
+        _open_task(self)
+        return entered
+
+    return __aenter__
+
+
+def _wrap_task_exit(original: Any) -> Any:
+    @functools.wraps(original)
+    async def __aexit__(self: Any, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            return await original(self, exc_type, exc, tb)
+        finally:
+            _close_task(self, exc)
+
+    return __aexit__
+
+
+def _wrap_task_complete(original: Any) -> Any:
+    @functools.wraps(original)
+    async def complete(self: Any, result: Any = None) -> None:
+        run = _run_of(self) if _is_running(self) else None
+        await original(self, result)
+        if run is not None:
+            set_outcome(True, final_output=result, task=run)
+
+    return complete
+
+
+def _wrap_task_fail(original: Any) -> Any:
+    @functools.wraps(original)
+    async def fail(self: Any, error: Any) -> None:
+        run = _run_of(self) if _is_running(self) else None
+        await original(self, error)
+        if run is not None:
+            set_outcome(
+                False,
+                reason=f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error,
+                task=run,
+            )
+
+    return fail
 
 
 class _Factory:

@@ -134,14 +134,60 @@ def test_failing_tool_is_an_error_step_and_a_failing_model_fails_the_task(instru
     assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user"]
 
 
-def test_uninstrument_restores_drive_scope(spans):
+def test_uninstrument_restores_the_originals(spans):
     from ag2.agent import Agent
 
     from otel_blame.instrument import OtelBlameInstrumentor
 
-    original = Agent.__dict__["_drive_scope"]
+    from ag2.task import Task
+
+    patched = [
+        (Agent, "_drive_scope"),
+        *((Task, name) for name in ("__aenter__", "__aexit__", "complete", "fail")),
+    ]
+    originals = [owner.__dict__[name] for owner, name in patched]
     instrumentor = OtelBlameInstrumentor()
     instrumentor.instrument()
-    assert Agent.__dict__["_drive_scope"] is not original
+    assert all(owner.__dict__[name] is not o for (owner, name), o in zip(patched, originals, strict=True))
     instrumentor.uninstrument()
-    assert Agent.__dict__["_drive_scope"] is original
+    assert all(owner.__dict__[name] is o for (owner, name), o in zip(patched, originals, strict=True))
+
+
+def test_an_ag2_task_is_the_root_and_its_lifecycle_the_outcome(instrumented):
+    spans = instrumented
+    with ScriptedLLM(SCRIPT) as llm:
+        lead = _build(llm)
+
+        async def main():
+            async with lead.task("multiply", description="Compute 6*7 with help.") as ag2_task:
+                reply = await lead.ask("Compute 6*7 with help.")
+                await ag2_task.complete(reply.body)
+            return ag2_task
+
+        ag2_task = asyncio.run(main())
+    root = spans.root()
+    assert root.name == "invoke_workflow multiply"
+    assert root.attributes[semconv.GEN_AI_CONVERSATION_ID] == ag2_task.task_id
+    assert root.attributes[semconv.TASK_INPUT] == "Compute 6*7 with help."
+    assert root.attributes[semconv.TASK_OUTCOME] == "success"
+    assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "The worker says 42."
+    assert _summary(spans.steps()) == EXPECTED
+
+    spans.exporter.clear()
+    with ScriptedLLM(["partial"]) as llm:
+        lead = _build(llm)
+        error = LookupError("no data")
+
+        async def failing():
+            async with lead.task("lookup"):
+                await lead.ask("find the data")
+                raise error
+
+        with pytest.raises(LookupError) as caught:
+            asyncio.run(failing())
+    assert caught.value is error
+    root = spans.root()
+    assert root.attributes[semconv.TASK_OUTCOME] == "failure"
+    assert root.attributes[semconv.TASK_OUTCOME_REASON] == "LookupError: no data"
+    assert root.status.status_code is StatusCode.ERROR
+    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user", "lead"]
