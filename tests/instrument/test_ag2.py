@@ -136,10 +136,9 @@ def test_failing_tool_is_an_error_step_and_a_failing_model_fails_the_task(instru
 
 def test_uninstrument_restores_the_originals(spans):
     from ag2.agent import Agent
+    from ag2.task import Task
 
     from otel_blame.instrument import OtelBlameInstrumentor
-
-    from ag2.task import Task
 
     patched = [
         (Agent, "_drive_scope"),
