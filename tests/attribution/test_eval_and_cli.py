@@ -206,3 +206,19 @@ def test_attribute_bad_file_and_missing_llm_are_clear_errors(tmp_path: Path, dat
         main, ["attribute", str(dataset / "Hand-Crafted" / "0.json"), "--method", "all_at_once"]
     )
     assert result.exit_code == 1 and "no LLM configured" in result.output
+
+
+def test_attribute_an_otlp_json_trace_file(tmp_path: Path):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_blame.otlp_json import traces_to_json
+    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+
+    from .test_loaders import _record_run
+
+    file = tmp_path / "trace.json"
+    file.write_text(traces_to_json(sdk_spans_to_proto(_record_run(InMemorySpanExporter()))))
+    result = CliRunner().invoke(main, ["attribute", str(file), "--json"])
+    assert result.exit_code == 0, result.output
+    parsed = json.loads(result.output)
+    assert (parsed["agent"], parsed["step"]) == ("Solver", 1)  # where the wrong "41" entered
