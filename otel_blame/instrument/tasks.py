@@ -272,6 +272,8 @@ def _output_messages(
         else:
             parts.append({"type": "text", "content": text})
     for call in tool_calls or ():
+        if not isinstance(call, Mapping):
+            call = {"name": "unknown", "arguments": call}
         function = call.get("function") if isinstance(call.get("function"), Mapping) else call
         arguments = prepare(function.get("arguments", ""), settings)
         truncated |= arguments.truncated

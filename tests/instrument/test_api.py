@@ -335,3 +335,16 @@ def test_outside_a_task_spans_have_no_index_and_outcome_is_ignored(spans):
     (span,) = spans.all()
     assert semconv.STEP_INDEX not in span.attributes and span.name == "invoke_agent lonely"
     assert hook_error_count() == 0
+
+
+def test_odd_tool_calls_are_kept(spans):
+    with task("t"):
+        assert (
+            record_message("a", None, tool_calls=["raw call text", {"name": "direct", "arguments": {"x": 1}}])
+            == 0
+        )
+    parts = json.loads(spans.steps()[0].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
+    assert parts == [
+        {"type": "tool_call", "name": "unknown", "arguments": "raw call text"},
+        {"type": "tool_call", "name": "direct", "arguments": '{"x": 1}'},
+    ]
