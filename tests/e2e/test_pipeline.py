@@ -333,3 +333,65 @@ def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp
     finally:
         for sink in sinks:
             sink.stop()
+
+
+def send_mixed_traces(provider: TracerProvider, count: int) -> set[int]:
+    """``count`` runs, every other one failed; returns the indexes of the failed ones."""
+    configure(tracer_provider=provider)
+    failed = set()
+    try:
+        for index in range(count):
+            ok = index % 2 == 0
+            with task(f"ticket-{index}", input=f"Refund order #{index}?", expected_output="refund 20 EUR"):
+                record_message("triage", f"Order #{index}: customer asks for a refund of 20 EUR.")
+                amount = "20" if ok else "200"
+                record_message("researcher", f"Policy lookup: the refundable amount is {amount} EUR.")
+                record_message("writer", f"Drafted: we refund {amount} EUR.")
+                set_outcome(ok, final_output=f"refund {amount} EUR")
+            if not ok:
+                failed.add(index)
+    finally:
+        reset_configuration()
+    return failed
+
+
+def test_tail_sampling_after_otel_blame_keeps_failed_traces_and_drops_the_rest(
+    group: ProcessGroup, tmp_path: Path
+):
+    jaeger = Jaeger(group)
+    sampler = Collector(
+        group,
+        COLLECTOR_CONFIG_DIR / "tail_sampling.yaml",
+        "otelcol-tail-sampling",
+        {
+            "JAEGER_OTLP_ENDPOINT": jaeger.otlp_grpc_endpoint,
+            "OTELCOL_DECISION_WAIT": "2s",
+            "OTELCOL_SAMPLE_PERCENT": "0",  # so that a kept successful trace would be a bug
+        },
+    )
+    blame = BlameServer(group, "otel-blame", downstream=sampler.otlp_grpc_endpoint, wal_dir=tmp_path / "wal")
+    service = f"e2e-tail-sampling-{uuid.uuid4().hex[:8]}"
+    provider, counter = app_provider(service, blame.otlp_grpc_endpoint)
+    try:
+        failed_count = len(send_mixed_traces(provider, 10))
+    finally:
+        provider.shutdown()
+    sent = counter.spans
+
+    def kept() -> list[dict]:
+        traces = jaeger.find_traces(service)
+        whole = [t for t in traces if {s["spanID"] for s in iter_spans(t)} == sent.get(t["traceID"])]
+        return whole if len(whole) >= failed_count else []
+
+    try:
+        wait_until(kept, timeout=60, what=f"{failed_count} failed traces in Jaeger")
+    except TimeoutError as error:
+        raise AssertionError(f"{error}{explain(group)}") from None
+    time.sleep(3.0)  # the successful traces were decided at the same time; give any stray one a chance
+    traces = jaeger.find_traces(service)
+    assert len(traces) == failed_count, "only the failed (blamed) traces are kept"
+    for trace in traces:
+        spans = list(iter_spans(trace))
+        root = next(s for s in spans if not s.get("references"))
+        assert jaeger_tags(root)[sc.TASK_OUTCOME] == sc.OUTCOME_FAILURE
+        assert sum(1 for s in spans if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True) == 1
