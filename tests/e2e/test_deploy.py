@@ -39,6 +39,11 @@ def env_defaults(path: Path) -> dict[str, str]:
     return found
 
 
+def with_defaults(value: str) -> str:
+    """A Collector config value with every ``${env:NAME:-default}`` replaced by its default."""
+    return ENV_DEFAULT.sub(lambda match: match["default"], value)
+
+
 def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
@@ -265,8 +270,9 @@ def test_kubernetes_layout_is_consistent(blame_config):
         env["OTEL_BLAME_REPLICAS_DNS_NAME"] == f"{headless['metadata']['name']}.{namespace}.svc.cluster.local"
     )
     dns = load_yaml(COLLECTOR_CONFIG_DIR / "scaled-dns.yaml")["exporters"]["loadbalancing"]["resolver"]["dns"]
-    assert int(dns["port"]) == host_port(blame_config.receivers.grpc_endpoint)[1]
-    assert int(dns["port"]) in {p["port"] for p in headless["spec"]["ports"]}
+    port = int(with_defaults(str(dns["port"])))
+    assert port == host_port(blame_config.receivers.grpc_endpoint)[1]
+    assert port in {p["port"] for p in headless["spec"]["ports"]}
 
 
 def test_kubernetes_configmaps_carry_the_current_files():

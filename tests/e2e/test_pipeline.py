@@ -8,6 +8,7 @@ is bounded, and every process is stopped when a test ends, also when it fails.
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 import uuid
@@ -395,3 +396,40 @@ def test_tail_sampling_after_otel_blame_keeps_failed_traces_and_drops_the_rest(
         root = next(s for s in spans if not s.get("references"))
         assert jaeger_tags(root)[sc.TASK_OUTCOME] == sc.OUTCOME_FAILURE
         assert sum(1 for s in spans if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True) == 1
+
+
+def localhost_is_only_ipv4_loopback() -> bool:
+    addresses = {info[4][0] for info in socket.getaddrinfo("localhost", None)}
+    return addresses == {"127.0.0.1"}
+
+
+@pytest.mark.skipif(
+    not localhost_is_only_ipv4_loopback(), reason="localhost resolves to more than 127.0.0.1 here"
+)
+def test_scaled_dns_resolver_routes_to_the_resolved_replica(group: ProcessGroup, tmp_path: Path):
+    """scaled-dns.yaml for real: the replica list is what DNS says `localhost` is (127.0.0.1)."""
+    sink = RecordingOTLPSink().start()
+    try:
+        replica = BlameServer(group, "otel-blame-dns", downstream=sink.endpoint, wal_dir=tmp_path / "wal")
+        balancer = Collector(
+            group,
+            COLLECTOR_CONFIG_DIR / "scaled-dns.yaml",
+            "otelcol-dns",
+            {"OTEL_BLAME_REPLICAS_DNS_NAME": "localhost", "OTEL_BLAME_REPLICAS_PORT": str(replica.grpc_port)},
+        )
+        provider, counter = app_provider("e2e-scaled-dns", balancer.otlp_grpc_endpoint)
+        try:
+            send_failed_traces(provider, 20)
+        finally:
+            provider.shutdown()
+        expected = sum(len(ids) for ids in counter.spans.values())
+        try:
+            wait_until(
+                lambda: total_unique([sink]) >= expected, timeout=60, what=f"{expected} spans downstream"
+            )
+            wait_until(lambda: len(culprit_counts([sink])) >= 20, timeout=30, what="a culprit in every trace")
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; got {total_unique([sink])} spans{explain(group)}") from None
+        check_delivery([sink], counter.spans)
+    finally:
+        sink.stop()
