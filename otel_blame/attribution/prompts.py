@@ -50,12 +50,22 @@ def shorten(text: str, max_chars: int) -> str:
     return text[:head] + TRUNCATION_MARKER.format(omitted=len(text) - head - tail) + text[len(text) - tail :]
 
 
+def label(text: str) -> str:
+    """An agent or tool name fit for a marker line: one line, no marker syntax, bounded length."""
+    cleaned = " ".join(text.replace("<<", "‹").replace(">>", "›").replace("|", "/").split())
+    return cleaned if len(cleaned) <= 80 else cleaned[:77] + "..."
+
+
 def render_step(step: Step, nonce: str, max_chars: int) -> str:
-    kind = step.kind.value if step.kind != StepKind.TOOL or not step.tool_name else f"tool {step.tool_name}"
+    kind = (
+        step.kind.value
+        if step.kind != StepKind.TOOL or not step.tool_name
+        else f"tool {label(step.tool_name)}"
+    )
     if step.is_error:
         kind += ", reported an error"
     return (
-        f"<<STEP {step.index} | agent: {step.agent} | {kind} | id {nonce}>>\n"
+        f"<<STEP {step.index} | agent: {label(step.agent)} | {kind} | id {nonce}>>\n"
         f"{shorten(step.content, max_chars)}\n"
         f"<<END STEP {step.index} | id {nonce}>>"
     )
@@ -73,7 +83,7 @@ def render_steps(
         step = trajectory.steps[index]
         if grouped and step.kind == StepKind.MESSAGE and step.agent != previous_agent:
             turn += 1
-            blocks.append(f"=== turn {turn}: {step.agent} ===")
+            blocks.append(f"=== turn {turn}: {label(step.agent)} ===")
             previous_agent = step.agent
         blocks.append(render_step(step, nonce, max_chars))
     return "\n".join(blocks)
