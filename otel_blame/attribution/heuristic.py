@@ -299,7 +299,10 @@ class HeuristicAttribution:
         ]
         runner_up = ranked[1].score if len(ranked) > 1 else 0.0
         margin = (best.score - runner_up) / (best.score + 1e-9)
-        confidence = round(min(0.95, max(0.05, margin * 0.8 + 0.1)), 3)
+        confidence = min(0.95, max(0.05, margin * 0.8 + 0.1))
+        if len(best.reasons) == 1:  # only the earliness prior: no failure signal points here
+            confidence = min(confidence, 0.3)
+        confidence = round(confidence, 3)
         reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(best.reasons[:3]) + "."
         return Attribution(
             agent=best.step.agent,

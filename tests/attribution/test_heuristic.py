@@ -150,3 +150,14 @@ def test_an_agent_with_several_suspect_steps_is_the_likelier_culprit():
 
 def attribute_with(trajectory: Trajectory, weights):
     return HeuristicAttribution(weights=weights).attribute(trajectory)
+
+
+def test_confidence_is_low_without_any_failure_signal():
+    quiet = attribute(make_trajectory([("A", "hello"), ("B", "hi there")]))
+    loud = attribute(
+        make_trajectory(
+            [("A", "hello"), ("B", "Let's assume hypothetical placeholder values."), ("A", "Answer: 17")]
+        )
+    )
+    assert quiet.confidence <= 0.3 < loud.confidence
+    assert (loud.agent, loud.step) == ("B", 1)
