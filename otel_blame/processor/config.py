@@ -18,6 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from otel_blame import semconv as sc
+from otel_blame.alerting.repeated import RepeatedCulpritRule
+from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
 
 ENV_PREFIX = "OTEL_BLAME_"
@@ -133,6 +135,13 @@ class ExporterConfig(_Section):
         return value or None
 
 
+class AlertingConfig(_Section):
+    """Repeated-culprit alerts: when one agent is blamed ``threshold`` times in a window, POST once."""
+
+    webhook: WebhookSettings | None = Field(default=None, description="null = no webhook alerts")
+    repeated_culprit: RepeatedCulpritRule = Field(default_factory=RepeatedCulpritRule)
+
+
 class ProcessorConfig(_Section):
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig)
     wal: WALConfig = Field(default_factory=WALConfig)
@@ -141,6 +150,7 @@ class ProcessorConfig(_Section):
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
+    alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     shutdown_timeout: float = Field(default=10.0, ge=0, description="seconds to flush on stop")
 
 
@@ -172,7 +182,10 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 # keys whose values stay strings even when they look like numbers
-_STRING_KEYS = {"auth_token", "api_key", "endpoint", "grpc_endpoint", "http_endpoint", "method", "model"}
+_STRING_KEYS = {
+    "auth_token", "api_key", "bearer_token", "endpoint", "grpc_endpoint", "http_endpoint",
+    "method", "model", "url",
+}  # fmt: skip
 
 
 def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

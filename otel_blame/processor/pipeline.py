@@ -25,6 +25,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from otel_blame import semconv as sc
 from otel_blame.alerting.metrics import CulpritMetrics
+from otel_blame.alerting.repeated import RepeatedCulpritDetector
+from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.assembler import BufferedTrace, Route, TraceAssembler
 from otel_blame.processor.attributor import AttributionRunner
@@ -74,6 +76,8 @@ class BlameProcessor:
         )
         self._analysis_lock = threading.Condition()
         self._analysis_pending = 0
+        self._repeated = RepeatedCulpritDetector(config.alerting.repeated_culprit)
+        self._notifier: WebhookNotifier | None = None
         self._wal: WriteAheadLog | None = None
         self._exporter: OTLPExporter | None = None
         self._grpc: GRPCReceiver | None = None
@@ -93,6 +97,7 @@ class BlameProcessor:
             "analysis_overflow_traces": 0,
             "verdicts": 0,
             "replayed_rows": 0,
+            "alerts": 0,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -101,6 +106,8 @@ class BlameProcessor:
         if self._started:
             return self
         self._wal = WriteAheadLog(config.wal.dir, config.wal.max_bytes)
+        if config.alerting.webhook is not None:
+            self._notifier = WebhookNotifier(config.alerting.webhook)
         self._exporter = OTLPExporter(config.exporter, self._wal.release)
         self._ticker = threading.Thread(target=self._tick_loop, name="otel-blame-assembler", daemon=True)
         self._ticker.start()
@@ -148,6 +155,8 @@ class BlameProcessor:
         self._exporter.close()
         self._analysis.shutdown(wait=False, cancel_futures=True)
         self._runner.close()
+        if self._notifier is not None:
+            self._notifier.close(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
         if self._ticker is not None:
             self._ticker.join(2)
         self._wal.close()
@@ -344,7 +353,9 @@ class BlameProcessor:
         if trace.log_payloads:
             self._exporter.submit(LOGS, b"".join(trace.log_payloads), trace.log_refs, trace.log_records)
         self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
-        self._record_blame(attribution, self._service_of(request, trajectory.root_span_id))
+        self._record_blame(
+            attribution, self._service_of(request, trajectory.root_span_id), trace.trace_id.hex()
+        )
 
     @staticmethod
     def _as_failed(trajectory: Trajectory, expected_output: str | None) -> Trajectory:
@@ -382,10 +393,22 @@ class BlameProcessor:
             return ""
         return str(attributes_to_dict(resource.attributes).get(sc.SERVICE_NAME, ""))
 
-    def _record_blame(self, attribution: Attribution, service: str) -> None:
+    def _record_blame(self, attribution: Attribution, service: str, trace_id: str) -> None:
         self._count("attributed_traces")
         self.metrics.record_trace(Outcome.FAILURE, True)
         self.metrics.record_attribution(attribution, service)
+        alert = self._repeated.observe(service, attribution.agent, trace_id)
+        if alert is not None:
+            self._count("alerts")
+            log.warning(
+                "agent %r of %r blamed %d times in %.0f s",
+                alert.agent,
+                service,
+                alert.count,
+                alert.window_seconds,
+            )
+            if self._notifier is not None:
+                self._notifier.notify(alert)
 
     # -- late verdicts -----------------------------------------------------------------------
     def submit_verdict(
@@ -443,7 +466,7 @@ class BlameProcessor:
                 raise NotAccepting(str(error)) from None
             self._exporter.submit(TRACES, payload, [row], 1)
             retained.attribution = attribution
-        self._record_blame(attribution, self._service_of(request, trajectory.root_span_id))
+        self._record_blame(attribution, self._service_of(request, trajectory.root_span_id), trace_id)
         span_id = (
             ExportTraceServiceRequest.FromString(payload).resource_spans[0].scope_spans[0].spans[0].span_id
         )

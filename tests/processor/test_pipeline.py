@@ -76,3 +76,47 @@ def test_successful_and_non_agent_traces_pass_unchanged(sink, make_processor) ->
     assert len(arrived) == len(expected)
     for recorded in arrived:
         assert recorded.span == expected[recorded.span.span_id]
+
+
+def test_repeated_culprit_fires_one_webhook_alert(sink, make_processor) -> None:  # noqa: ANN001
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received: list[dict] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        processor = make_processor(
+            alerting={
+                "webhook": {"url": f"http://127.0.0.1:{server.server_address[1]}/hook"},
+                "repeated_culprit": {"threshold": 2, "window_seconds": 60},
+            }
+        )
+        runs = [
+            record_agent_run([("Planner", "plan"), ("Solver", "The answer is 41.")], failed=True)
+            for _ in range(3)
+        ]
+        for spans in runs:
+            _send(processor.grpc_endpoint, spans)
+        sink.wait_for_spans(sum(len(s) for s in runs), timeout=10)
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        assert len(received) == 1  # the third blame is inside the cooldown
+        assert received[0]["count"] == 2 and len(received[0]["trace_ids"]) == 2
+        assert processor.stats()["alerts"] == 1
+    finally:
+        server.shutdown()
