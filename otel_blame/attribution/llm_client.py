@@ -167,12 +167,13 @@ class LLMClient:
     def session(self) -> LLMSession:
         return LLMSession(self.settings.token_budget)
 
-    def _cache_key(self, messages: list[Message]) -> str:
+    def _cache_key(self, messages: list[Message], temperature: float, sample: int) -> str:
         material = json.dumps(
             {
                 "base_url": self.settings.base_url,
                 "model": self.settings.model,
-                "temperature": self.settings.temperature,
+                "temperature": temperature,
+                "sample": sample,
                 "max_tokens": self.settings.max_output_tokens,
                 "messages": messages,
             },
@@ -180,11 +181,22 @@ class LLMClient:
         )
         return hashlib.sha256(material.encode()).hexdigest()
 
-    def complete(self, session: LLMSession, messages: list[Message]) -> str:
-        """One chat completion's text, with budget, cache, concurrency limit and retries."""
+    def complete(
+        self,
+        session: LLMSession,
+        messages: list[Message],
+        *,
+        temperature: float | None = None,
+        sample: int = 0,
+    ) -> str:
+        """One chat completion's text, with budget, cache, concurrency limit and retries.
+
+        ``temperature`` overrides the settings' for sampling methods; ``sample`` numbers repeated
+        samples of the same request so that each gets its own cache entry."""
+        temperature = self.settings.temperature if temperature is None else temperature
         planned = sum(estimate_tokens(message["content"]) for message in messages)
         session.check_budget(planned)
-        key = self._cache_key(messages) if self._cache else None
+        key = self._cache_key(messages, temperature, sample) if self._cache else None
         if self._cache and key:
             cached = self._cache.get(key)
             if cached is not None:
@@ -197,7 +209,7 @@ class LLMClient:
                     response = self._client.chat.completions.create(
                         model=self.settings.model,
                         messages=messages,  # type: ignore[arg-type]
-                        temperature=self.settings.temperature,
+                        temperature=temperature,
                         max_tokens=self.settings.max_output_tokens,
                     )
                 break
@@ -231,12 +243,15 @@ class LLMClient:
         messages: list[Message],
         answer_model: type[AnswerT],
         check: Callable[[AnswerT], str | None] | None = None,
+        *,
+        temperature: float | None = None,
+        sample: int = 0,
     ) -> AnswerT:
         """A validated answer; one corrective re-ask when the first is malformed or out of range."""
         conversation = list(messages)
         problem = ""
         for attempt in range(2):
-            reply = self.complete(session, conversation)
+            reply = self.complete(session, conversation, temperature=temperature, sample=sample)
             try:
                 answer = answer_model.model_validate(extract_json_object(reply))
                 problem = (check(answer) if check else None) or ""

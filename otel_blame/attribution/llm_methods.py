@@ -10,6 +10,8 @@
   LLM ranks up to three suspects, the offline heuristic adds its top two, and each suspect, earliest
   first, gets a counterfactual check ("had this step been right, would the run have succeeded, and
   was the failure already inevitable before it?"). The earliest suspect that passes wins.
+- ``self_consistency`` (ours): all-at-once sampled five times at temperature 0.7; the majority
+  agent, then that agent's most voted step, wins; the vote share is the confidence (5 calls).
 
 All take ``with_ground_truth``: the expected answer is then shown to the LLM. Cost (calls, tokens,
 seconds) is measured per trace and returned in ``Attribution.cost``.
@@ -18,6 +20,7 @@ seconds) is measured per trace and returned in ``Attribution.cost``.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -172,7 +175,9 @@ _CHUNK_QUESTION = (
 )
 
 
-def _ask_blame(context: _Context, *, grouped: bool = False) -> BlameAnswer:
+def _ask_blame(
+    context: _Context, *, grouped: bool = False, temperature: float | None = None, sample: int = 0
+) -> BlameAnswer:
     """All-at-once over the whole log, split into chunks when it exceeds the context budget."""
     indices = list(range(len(context.trajectory.steps)))
     chunks = split_to_fit(indices, context.costs, context.step_budget)
@@ -188,7 +193,9 @@ def _ask_blame(context: _Context, *, grouped: bool = False) -> BlameAnswer:
             return context.check_agent(answer.agent) or context.check_step(answer.step, allowed)
 
         messages = context.messages(chunk, question, grouped=grouped)
-        answer = context.client.ask_json(context.session, messages, BlameAnswer, check)
+        answer = context.client.ask_json(
+            context.session, messages, BlameAnswer, check, temperature=temperature, sample=sample
+        )
         answer.agent = context.canonical_agent(answer.agent) or answer.agent
         if answer.found:
             return answer  # the earliest chunk holding the error: errors propagate forward
@@ -351,8 +358,38 @@ class Counterfactual(LLMMethod):
         )
 
 
+class SelfConsistency(LLMMethod):
+    """All-at-once sampled several times at a higher temperature; the majority answer wins."""
+
+    name = "self_consistency"
+    samples = 5
+    temperature = 0.7
+
+    def _attribute(self, context: _Context) -> tuple[str, int, str, float, list[Candidate]]:
+        answers = [
+            _ask_blame(context, temperature=self.temperature, sample=sample) for sample in range(self.samples)
+        ]
+        agent_votes = Counter(answer.agent for answer in answers)
+        agent = max(
+            agent_votes,
+            key=lambda name: (agent_votes[name], -min(a.step for a in answers if a.agent == name)),
+        )
+        own = [answer for answer in answers if answer.agent == agent]
+        step_votes = Counter(answer.step for answer in own)
+        step = max(step_votes, key=lambda index: (step_votes[index], -index))
+        reason = next(answer.reason for answer in own if answer.step == step)
+        all_steps = Counter((answer.step, answer.agent) for answer in answers)
+        candidates = [
+            Candidate(step=index, agent=name, score=round(count / len(answers), 4))
+            for (index, name), count in sorted(all_steps.items(), key=lambda item: (-item[1], item[0][0]))
+        ]
+        candidates.sort(key=lambda candidate: candidate.step != step)
+        return agent, step, reason, step_votes[step] / len(answers), candidates
+
+
 LLM_METHODS: dict[str, type[LLMMethod]] = {
-    method.name: method for method in (AllAtOnce, StepByStep, BinarySearch, Hybrid, Counterfactual)
+    method.name: method
+    for method in (AllAtOnce, StepByStep, BinarySearch, Hybrid, Counterfactual, SelfConsistency)
 }
 
 
@@ -368,4 +405,6 @@ def max_calls(method_name: str, steps: int) -> int:
         return 1 + steps
     if method_name == "counterfactual":
         return 1 + Counterfactual.max_suspects
+    if method_name == "self_consistency":
+        return SelfConsistency.samples
     raise KeyError(method_name)

@@ -314,3 +314,14 @@ def test_agent_names_cannot_forge_markers(llm):
     text = user_text(server.requests[0])
     header = next(line for line in text.splitlines() if line.startswith("<<STEP 0"))
     assert header.count("|") == 3 and header.count(">>") == 1 and "\n" not in header
+
+
+def test_self_consistency_samples_and_votes(llm, five_steps, tmp_path):
+    votes = [blame("Researcher", 1), blame("Coder", 2), blame("Researcher", 1), blame("Researcher", 4)]
+    votes.append(blame("Verifier", 4))
+    with llm(votes, cache_dir=tmp_path / "cache") as (server, settings):
+        result = create_method("self_consistency", llm=settings).attribute(five_steps)
+    assert server.calls == 5 == max_calls("self_consistency", 5) == result.cost.llm_calls
+    assert all(request["temperature"] == 0.7 for request in server.requests)
+    assert (result.agent, result.step) == ("Researcher", 1) and result.confidence == 0.4
+    assert result.candidates[0].step == 1 and result.candidates[0].score == 0.4
