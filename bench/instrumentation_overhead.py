@@ -223,8 +223,7 @@ def summarise(results: list[RunResult]) -> list[ModeSummary]:
     return out
 
 
-def micro_record_message(provider: TracerProvider, calls: int) -> float:
-    """µs per ``record_message`` of a 400-character message, BatchSpanProcessor + OTLP/gRPC."""
+def _per_call_us(provider: Any, calls: int) -> float:
     from otel_blame.instrument import record_message, task
 
     configure(tracer_provider=provider)
@@ -238,9 +237,36 @@ def micro_record_message(provider: TracerProvider, calls: int) -> float:
                 record_message(AGENTS[i % 4], text)
             seconds = time.perf_counter() - started
     finally:
-        provider.force_flush(30_000)
+        if hasattr(provider, "force_flush"):
+            provider.force_flush(30_000)
         reset_configuration()
     return seconds / calls * 1e6
+
+
+def _bare_span_us(calls: int) -> float:
+    """The SDK alone: a span with the same eight attributes, no processor."""
+    tracer = TracerProvider().get_tracer("bench")
+    attributes = {f"attribute.{i}": "v" * 40 for i in range(7)} | {"index": 1}
+    started = time.perf_counter()
+    for _ in range(calls):
+        tracer.start_span("invoke_agent a", attributes=attributes).end()
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def micro_breakdown(provider: TracerProvider, calls: int) -> dict[str, float]:
+    """µs per ``record_message`` of a 400-character message, split into where the time goes."""
+    from opentelemetry.trace import NoOpTracerProvider
+
+    return {
+        "otel-blame's own work (no-op tracer: coercion, cap, redaction, JSON, step index)": _per_call_us(
+            NoOpTracerProvider(), calls
+        ),
+        "SDK span alone (same 8 attributes, no processor)": _bare_span_us(calls),
+        "record_message, SDK tracer, no span processor": _per_call_us(TracerProvider(), calls),
+        "record_message, BatchSpanProcessor + OTLP/gRPC exporter (export included)": _per_call_us(
+            provider, calls
+        ),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--messages", type=int, default=200, help="messages per group chat (default 200)")
     parser.add_argument("--repetitions", type=int, default=7, help="runs per mode, interleaved (default 7)")
-    parser.add_argument("--llm", choices=("http", "inline", "both"), default="both")
+    parser.add_argument("--llm", choices=("http", "inline", "both", "none"), default="both")
     parser.add_argument("--micro-calls", type=int, default=20_000)
     args = parser.parse_args(argv)
     if args.messages < 2 or args.repetitions < 1:
@@ -260,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     with SinkProcess() as sink:
         providers: dict[str, TracerProvider | None] = {mode: _provider(sink) for mode in MODES}
         providers["plain"] = None
-        for llm_kind in ("http", "inline") if args.llm == "both" else (args.llm,):
+        kinds = {"both": ("http", "inline"), "none": ()}.get(args.llm, (args.llm,))
+        for llm_kind in kinds:
             results: list[RunResult] = []
             with ScriptedLLM(lambda request: _reply_text(len(request.get("messages", [])))) as llm:
                 use: ScriptedLLM | None = llm if llm_kind == "http" else None
@@ -281,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {s.added_us_per_message:+.1f} | {s.ratio:.3f} | {s.median_seconds_with_export:.4f} "
                     f"| {s.added_us_per_message_with_export:+.1f} | {s.ratio_with_export:.3f} |"
                 )
-        micro = micro_record_message(providers["otel_blame"], args.micro_calls)
-        print(f"\nrecord_message alone (400-char message, batch+OTLP): {micro:.1f} µs per call")
+        print("\n| record_message of a 400-character message | µs per call |\n| --- | --- |")
+        for label, micro in micro_breakdown(providers["otel_blame"], args.micro_calls).items():
+            print(f"| {label} | {micro:.1f} |")
         for provider in providers.values():
             if provider is not None:
                 provider.shutdown()

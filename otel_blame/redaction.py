@@ -30,16 +30,26 @@ class RedactionPattern:
     label: str
     regex: re.Pattern[str]
     # Cheap pre-checks: the regex runs only if one of ``triggers`` occurs in the text (in the
-    # lower-cased text when ``lowercase``) and, if set, one of ``also`` does too. Empty: always run.
+    # lower-cased text when ``ignore_case``; triggers are then lower case) and, if set, one of
+    # ``also`` does too. Empty: always run. Plain substring tests are much cheaper than regexes.
     triggers: tuple[str, ...] = ()
-    lowercase: bool = False
+    ignore_case: bool = False
     also: tuple[str, ...] = ()
 
     def may_match(self, text: str, lowered: str) -> bool:
-        haystack = lowered if self.lowercase else text
-        if self.triggers and not any(t in haystack for t in self.triggers):
+        haystack = lowered if self.ignore_case else text
+        if self.triggers:
+            for trigger in self.triggers:
+                if trigger in haystack:
+                    break
+            else:
+                return False
+        if self.also:
+            for needle in self.also:
+                if needle in text:
+                    return True
             return False
-        return not self.also or any(t in text for t in self.also)
+        return True
 
     def apply(self, text: str) -> tuple[str, int]:
         marker = f"[REDACTED:{self.label}]"
@@ -60,7 +70,7 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
         "bearer_token",
         re.compile(r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)"),
         triggers=("bearer",),
-        lowercase=True,
+        ignore_case=True,
     ),
     RedactionPattern(
         "api_key",
@@ -97,7 +107,7 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
             r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;]{6,})"
         ),
         triggers=("key", "token", "secret", "passw"),
-        lowercase=True,
+        ignore_case=True,
         also=(":", "="),
     ),
     RedactionPattern(
@@ -141,7 +151,6 @@ class Redactor:
         for label, regex in extra_patterns:
             patterns.append(RedactionPattern(label, re.compile(regex) if isinstance(regex, str) else regex))
         self._patterns = tuple(patterns)
-        self._any_lowercase = any(p.lowercase for p in self._patterns)
         self._hook = hook
         self._lock = threading.Lock()
         self._hook_failures = 0
@@ -154,14 +163,13 @@ class Redactor:
     def redact(self, text: str) -> Redacted:
         """Return ``text`` with every match masked; never raises for a failing user hook."""
         total = 0
-        lowered = text.lower() if self._any_lowercase else text
+        lowered = text.lower()
         for pattern in self._patterns:
-            if not pattern.may_match(text, lowered):
-                continue
-            text, count = pattern.apply(text)
-            if count:
-                total += count
-                lowered = text.lower() if self._any_lowercase else text
+            if pattern.may_match(text, lowered):
+                text, count = pattern.apply(text)
+                if count:
+                    total += count
+                    lowered = text.lower()
         if self._hook is None:
             return Redacted(text, total)
         try:
