@@ -245,12 +245,18 @@ def jaeger_config(otlp_grpc_port: int, query_http_port: int, query_grpc_port: in
                     "exporters": ["jaeger_storage_exporter"],
                 }
             },
-            "telemetry": {"metrics": {"level": "none"}, "logs": {"level": "info"}},
+            "telemetry": {
+                "metrics": {"level": "none"},
+                "traces": {"level": "none"},
+                "logs": {"level": "info"},
+            },
         },
         "extensions": {
             "healthcheckv2": {"use_v2": True, "http": {"endpoint": f"127.0.0.1:{health_port}"}},
             "jaeger_query": {
                 "storage": {"traces": "memstore"},
+                # no self-tracing: it would export to the default localhost:4317 and stall shutdown
+                "enable_tracing": False,
                 "http": {"endpoint": f"127.0.0.1:{query_http_port}"},
                 "grpc": {"endpoint": f"127.0.0.1:{query_grpc_port}"},
             },
