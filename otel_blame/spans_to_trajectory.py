@@ -467,16 +467,22 @@ def _build(views: list[_SpanView], logs: dict[tuple[bytes, bytes], list[LogRecor
             yield current
             stack.extend(children.get(current.span_id, []))
 
+    # When an instrumentation numbered its steps (otel_blame.step.index), those spans alone are
+    # the steps: other instrumentations' spans in the same trace (AG2's own tracing, LLM client
+    # spans) describe the same messages again.
+    declared = any(sc.STEP_INDEX in view.attributes for view in graph.views)
     step_views: list[tuple[_SpanView, str, str | None]] = []
     for view in graph.views:
         if view.kind not in (_AGENT, _TOOL, _CODE, _LLM):
             continue
+        if declared and sc.STEP_INDEX not in view.attributes:
+            continue
         if view is root and view.kind != _AGENT and sc.STEP_INDEX not in view.attributes:
             continue
         content, role = _own_content(view)
-        if view.kind == _LLM and any(a.kind == _AGENT for a in graph.ancestors(view)):
+        if not declared and view.kind == _LLM and any(a.kind == _AGENT for a in graph.ancestors(view)):
             continue  # the agent span above it is the step
-        if view.kind == _AGENT and not content:
+        if view.kind == _AGENT and not content and not declared:
             below = [d for d in descendants(view) if d.kind in (_AGENT, _LLM)]
             if any(d.kind == _AGENT for d in below):
                 continue  # a container of other agents, not a message of its own

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from otel_blame.attribution.base import AttributionMethod
 from otel_blame.attribution.registry import create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
-from otel_blame.processor.config import AttributionConfig
+from otel_blame.processor.config import AttributionConfig, ConfigError
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Trajectory
 
@@ -51,10 +51,16 @@ class AttributionRunner:
 
     def __init__(self, config: AttributionConfig, redactor: Redactor | None = None) -> None:
         self._config = config
-        self.method: AttributionMethod = create_method(config.method, llm=config.llm)
+        try:
+            self.method: AttributionMethod = create_method(config.method, llm=config.llm)
+        except ValueError as error:
+            raise ConfigError(f"attribution.method: {error}") from None
         self.fallback: AttributionMethod | None = None
         if config.fallback_method != config.method:
-            self.fallback = create_method(config.fallback_method, llm=config.llm)
+            try:
+                self.fallback = create_method(config.fallback_method, llm=config.llm)
+            except ValueError as error:
+                raise ConfigError(f"attribution.fallback_method: {error}") from None
         self._redact = config.redact and is_llm_method(config.method)
         self._redactor = redactor or Redactor()
         self._pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="otel-blame-attribute")

@@ -68,6 +68,10 @@ class _Server(ThreadingHTTPServer):
         self.receiver = receiver
         super().__init__(address, _RequestHandler)
 
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        """A failed TLS handshake or a dropped connection is the client's problem, not a crash."""
+        log.debug("HTTP connection from %s failed", client_address, exc_info=True)
+
 
 class _RequestHandler(BaseHTTPRequestHandler):
     server: _Server

@@ -269,3 +269,16 @@ def test_no_agent_steps_is_a_clear_error_and_many_traces_are_split() -> None:
     found = trajectories_from_spans(both)
     assert [t.steps[0].agent for t in found] == ["A", "B"]
     assert [t.outcome for t in found] == [Outcome.SUCCESS, Outcome.FAILURE]
+
+
+def test_declared_steps_win_over_other_instrumentations_in_the_same_trace() -> None:
+    spans = _resource(
+        _span(1, None, "invoke_workflow t", 0, gen_ai__operation__name="invoke_workflow"),
+        _span(2, 1, "invoke_agent A", 10, gen_ai__operation__name="invoke_agent", gen_ai__agent__name="A",
+              otel_blame__step__index=0, output__value="ours"),
+        _span(3, 2, "invoke_agent A", 11, ag2__span__type="agent", gen_ai__operation__name="invoke_agent",
+              gen_ai__agent__name="A", output__value="AG2's copy"),
+        _span(4, 3, "chat m", 12, gen_ai__operation__name="chat", gen_ai__agent__name="A"),
+    )  # fmt: skip
+    trajectory = trajectory_from_spans(spans)
+    assert [(s.agent, s.content) for s in trajectory.steps] == [("A", "ours")]
