@@ -111,6 +111,8 @@ class _ResponseCache:
 
 
 def _retryable(error: Exception) -> bool:
+    if isinstance(error, ValueError):  # a malformed body, e.g. from a proxy in between
+        return True
     if isinstance(error, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
         return True
     return isinstance(error, openai.APIStatusError) and error.status_code >= 500
@@ -213,7 +215,7 @@ class LLMClient:
                         max_tokens=self.settings.max_output_tokens,
                     )
                 break
-            except openai.APIError as error:
+            except (openai.APIError, ValueError) as error:  # ValueError: a body that is not JSON
                 if not _retryable(error) or attempt >= self.settings.max_retries:
                     raise AttributionError(
                         f"LLM request to {self.settings.base_url or 'OpenAI'} (model {self.settings.model}) "
@@ -226,8 +228,9 @@ class LLMClient:
                 )
                 attempt += 1
                 time.sleep(delay)
-        content = response.choices[0].message.content if response.choices else None
-        usage = response.usage
+        choices = getattr(response, "choices", None)
+        content = choices[0].message.content if choices else None
+        usage = getattr(response, "usage", None)
         input_tokens = usage.prompt_tokens if usage else planned
         output_tokens = usage.completion_tokens if usage else estimate_tokens(content or "")
         session.record(input_tokens, output_tokens)

@@ -325,3 +325,15 @@ def test_self_consistency_samples_and_votes(llm, five_steps, tmp_path):
     assert all(request["temperature"] == 0.7 for request in server.requests)
     assert (result.agent, result.step) == ("Researcher", 1) and result.confidence == 0.4
     assert result.candidates[0].step == 1 and result.candidates[0].score == 0.4
+
+
+def test_malformed_response_bodies_are_retried_then_reported(llm, five_steps):
+    with llm([Reply(raw_body=b"<html>bad gateway</html>"), blame("Coder", 2)]) as (server, settings):
+        assert create_method("all_at_once", llm=settings).attribute(five_steps).step == 2
+    assert server.calls == 2
+    with llm([Reply(raw_body=b"not json")] * 3, max_retries=1) as (server, settings):
+        with pytest.raises(AttributionError, match="failed after 2 attempt"):
+            create_method("all_at_once", llm=settings).attribute(five_steps)
+    with llm([Reply(raw_body=b'{"choices": []}')]) as (server, settings):
+        with pytest.raises(AttributionError, match="returned no text"):
+            create_method("all_at_once", llm=settings).attribute(five_steps)
