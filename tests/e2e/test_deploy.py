@@ -187,6 +187,21 @@ def test_alert_rules_pass_promtool():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)"
+)
+def test_prometheus_config_passes_promtool(tmp_path: Path):
+    """The compose Prometheus configuration, with its rule file at the path it is mounted to."""
+    config = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
+    config["rule_files"] = [str(DEPLOY / "prometheus" / "otel-blame-rules.yml")]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run(
+        ["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_grafana_is_provisioned_with_both_data_sources_and_the_dashboard(compose):
     grafana = mounts(compose["services"]["grafana"])
     provisioning = grafana["/etc/grafana/provisioning"]
