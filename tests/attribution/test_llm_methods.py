@@ -337,3 +337,38 @@ def test_malformed_response_bodies_are_retried_then_reported(llm, five_steps):
     with llm([Reply(raw_body=b'{"choices": []}')]) as (server, settings):
         with pytest.raises(AttributionError, match="returned no text"):
             create_method("all_at_once", llm=settings).attribute(five_steps)
+
+
+ALL_LLM_METHODS = [
+    "all_at_once",
+    "step_by_step",
+    "binary_search",
+    "hybrid",
+    "counterfactual",
+    "self_consistency",
+]
+
+
+@pytest.mark.parametrize("name", ALL_LLM_METHODS)
+def test_every_method_fails_clearly_on_malformed_answers(llm, five_steps, name):
+    with llm([], default="certainly! the culprit is obvious") as (server, settings):
+        with pytest.raises(AttributionError, match="no usable answer after one corrective re-ask") as raised:
+            create_method(name, llm=settings).attribute(five_steps)
+    assert server.calls == 2 and raised.value.cost.llm_calls == 2
+
+
+@pytest.mark.parametrize("name", ALL_LLM_METHODS)
+def test_every_method_respects_the_token_budget(llm, five_steps, name):
+    with llm([], default=blame("Researcher", 1), token_budget=50) as (server, settings):
+        with pytest.raises(AttributionError, match="token budget exhausted"):
+            create_method(name, llm=settings).attribute(five_steps)
+    assert server.calls == 0
+
+
+@pytest.mark.parametrize("name", ALL_LLM_METHODS)
+def test_every_method_reports_timeouts(llm, five_steps, name):
+    slow = Reply(content=blame("Researcher", 1), delay_seconds=0.6)
+    with llm([], default=slow, timeout=0.2, max_retries=0) as (server, settings):
+        with pytest.raises(AttributionError, match="Timeout"):
+            create_method(name, llm=settings).attribute(five_steps)
+    assert server.calls == 1
