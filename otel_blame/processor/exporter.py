@@ -255,8 +255,9 @@ class OTLPExporter:
             try:
                 self._transport.send(current[0].kind, payload)
             except ExportFailed as error:
-                self.failed_attempts += 1
-                self.last_error = str(error)
+                with self._cond:
+                    self.failed_attempts += 1
+                    self.last_error = str(error)
                 if not error.retryable:
                     if len(current) > 1:  # find the item the downstream refuses, deliver the rest
                         pending[:0] = [[item] for item in current]
@@ -266,7 +267,8 @@ class OTLPExporter:
                         current[0].kind,
                         error,
                     )
-                    self.rejected_items += current[0].items
+                    with self._cond:
+                        self.rejected_items += current[0].items
                     self._on_delivered([ref for item in current for ref in item.refs])
                     continue
                 if self._stopping:
@@ -281,10 +283,11 @@ class OTLPExporter:
                 pending.insert(0, current)
                 continue
             backoff = self._config.initial_backoff
-            for item in current:
-                if item.kind == TRACES:
-                    self.exported_spans += item.items
-                else:
-                    self.exported_log_records += item.items
-            self.exported_bytes += len(payload)
+            with self._cond:
+                for item in current:
+                    if item.kind == TRACES:
+                        self.exported_spans += item.items
+                    else:
+                        self.exported_log_records += item.items
+                self.exported_bytes += len(payload)
             self._on_delivered([ref for item in current for ref in item.refs])
