@@ -24,6 +24,7 @@ import io
 import logging
 import multiprocessing
 import platform
+import random
 import statistics
 import sys
 import time
@@ -96,8 +97,9 @@ def _serve_sink(conn: Any) -> None:
 @dataclass
 class RunResult:
     mode: str
-    seconds: float  # the chat alone
-    seconds_with_export: float  # the chat plus flushing every span to the sink
+    seconds: float  # wall time of the chat alone
+    cpu_seconds: float  # CPU time of this process (all threads) for the chat plus flushing every span
+    repetition: int
     messages: int
     spans_exported: int
 
@@ -150,6 +152,7 @@ def run_once(
     sink: SinkProcess,
     messages: int,
     provider: TracerProvider | None,
+    repetition: int = -1,
 ) -> RunResult:
     """One timed chat. The provider (and its gRPC channel) lives across runs, as in a real app."""
     from autogen.opentelemetry import instrument_agent
@@ -165,6 +168,7 @@ def run_once(
                 instrument_agent(agent, tracer_provider=provider)
         sink.clear()
         with contextlib.redirect_stdout(io.StringIO()):
+            cpu_started = time.process_time()
             started = time.perf_counter()
             result = starter.initiate_chat(manager, message="Analyse the quarterly numbers.", silent=True)
             seconds = time.perf_counter() - started
@@ -173,51 +177,51 @@ def run_once(
             instrumentor.uninstrument()
             reset_configuration()
     exported = 0
-    with_export = seconds
     if provider is not None:
         provider.force_flush(30_000)
-        with_export = time.perf_counter() - started
         exported = sink.span_count()
+    cpu_seconds = time.process_time() - cpu_started
     count = len(result.chat_history)
     if mode == "otel_blame" and exported != count + 1:
         raise RuntimeError(f"expected {count + 1} spans at the sink, got {exported}")
-    return RunResult(mode, seconds, with_export, count, exported)
+    return RunResult(mode, seconds, cpu_seconds, repetition, count, exported)
 
 
 @dataclass
 class ModeSummary:
     mode: str
-    median_seconds: float
-    median_seconds_with_export: float
     messages: int
     spans_exported: int
-    added_us_per_message: float
-    ratio: float
-    added_us_per_message_with_export: float
-    ratio_with_export: float
+    wall_median: float
+    wall_added_us: float  # median over repetitions of (mode - plain) in the same repetition, per message
+    wall_ratio: float  # median over repetitions of mode / plain in the same repetition
+    cpu_median: float
+    cpu_added_us: float
+    cpu_ratio: float
 
 
 def summarise(results: list[RunResult]) -> list[ModeSummary]:
-    def median(mode: str, field: str) -> float:
-        return statistics.median(getattr(r, field) for r in results if r.mode == mode)
-
-    base = median("plain", "seconds")
+    """Paired statistics: each traced run is compared with the plain run of its own repetition."""
+    plain = {r.repetition: r for r in results if r.mode == "plain"}
     out = []
     for mode in MODES:
         runs = [r for r in results if r.mode == mode]
         messages = runs[0].messages
-        chat, full = median(mode, "seconds"), median(mode, "seconds_with_export")
         out.append(
             ModeSummary(
-                mode,
-                chat,
-                full,
-                messages,
-                runs[0].spans_exported,
-                (chat - base) / messages * 1e6,
-                chat / base,
-                (full - base) / messages * 1e6,
-                full / base,
+                mode=mode,
+                messages=messages,
+                spans_exported=runs[0].spans_exported,
+                wall_median=statistics.median(r.seconds for r in runs),
+                wall_added_us=statistics.median(
+                    (r.seconds - plain[r.repetition].seconds) / messages * 1e6 for r in runs
+                ),
+                wall_ratio=statistics.median(r.seconds / plain[r.repetition].seconds for r in runs),
+                cpu_median=statistics.median(r.cpu_seconds for r in runs),
+                cpu_added_us=statistics.median(
+                    (r.cpu_seconds - plain[r.repetition].cpu_seconds) / messages * 1e6 for r in runs
+                ),
+                cpu_ratio=statistics.median(r.cpu_seconds / plain[r.repetition].cpu_seconds for r in runs),
             )
         )
     return out
@@ -293,20 +297,23 @@ def main(argv: list[str] | None = None) -> int:
                 use: ScriptedLLM | None = llm if llm_kind == "http" else None
                 for mode in MODES:  # warm-up: imports, HTTP and gRPC connections
                     run_once(mode, use, sink, args.messages, providers[mode])
-                for _ in range(args.repetitions):
-                    for mode in MODES:
-                        results.append(run_once(mode, use, sink, args.messages, providers[mode]))
+                shuffle = random.Random(7)
+                for repetition in range(args.repetitions):
+                    order = list(MODES)
+                    shuffle.shuffle(order)  # no mode always runs first
+                    for mode in order:
+                        results.append(run_once(mode, use, sink, args.messages, providers[mode], repetition))
             print(f"\n## llm={llm_kind}")
             print(
-                "| mode | messages | spans exported | chat median (s) | added µs / message | ratio "
-                "| chat + export median (s) | added µs / message | ratio |"
+                "| mode | messages | spans exported | wall median (s) | wall: added µs / message "
+                "| wall ratio | CPU median (s) | CPU: added µs / message | CPU ratio |"
             )
-            print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
             for s in summarise(results):
                 print(
-                    f"| {s.mode} | {s.messages} | {s.spans_exported} | {s.median_seconds:.4f} "
-                    f"| {s.added_us_per_message:+.1f} | {s.ratio:.3f} | {s.median_seconds_with_export:.4f} "
-                    f"| {s.added_us_per_message_with_export:+.1f} | {s.ratio_with_export:.3f} |"
+                    f"| {s.mode} | {s.messages} | {s.spans_exported} | {s.wall_median:.4f} "
+                    f"| {s.wall_added_us:+.1f} | {s.wall_ratio:.3f} | {s.cpu_median:.4f} "
+                    f"| {s.cpu_added_us:+.1f} | {s.cpu_ratio:.3f} |"
                 )
         print("\n| record_message of a 400-character message | µs per call |\n| --- | --- |")
         for label, micro in micro_breakdown(providers["otel_blame"], args.micro_calls).items():
