@@ -419,6 +419,8 @@ def run(  # noqa: ANN001
     delivered, arrivals = sink.finish()
     latencies = sorted(arrivals[t] - ack_times[t] for t in ack_times if t in arrivals)
     per_span = [(rss - idle_rss) / buffered for buffered, rss in memory_samples if buffered > 1000]
+    if os.environ.get("BENCH_DEBUG"):
+        print(memory_samples, file=sys.stderr)
     shutil.rmtree(workdir, ignore_errors=True)
     return {
         "server": server.name,

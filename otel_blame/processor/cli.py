@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import ssl
@@ -71,6 +72,10 @@ def serve(
         processor.start()
     except OSError as error:
         raise click.ClickException(f"cannot start: {error}") from None
+    # Our own process: fewer, cheaper garbage collections (buffered traces are long-lived
+    # objects that full collections would otherwise walk again and again).
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1_000)
     click.echo(
         json.dumps({"event": "ready", "grpc": processor.grpc_endpoint, "http": processor.http_endpoint}),
         err=False,

@@ -125,7 +125,7 @@ class ExporterConfig(_Section):
     initial_backoff: float = Field(default=0.5, gt=0)
     max_backoff: float = Field(default=30.0, gt=0)
     workers: int = Field(default=2, ge=1)
-    max_batch_bytes: int = Field(default=4 * MiB, gt=0)
+    max_batch_bytes: int = Field(default=1 * MiB, gt=0, description="payloads joined into one export")
 
     @field_validator("endpoint")
     @classmethod

@@ -66,10 +66,17 @@ class GRPCReceiver:
             )
         )
         host, _, port = endpoint.rpartition(":")
-        if config.tls is not None:
-            self.port = self._server.add_secure_port(f"{host}:{port}", grpc_server_credentials(config.tls))
-        else:
-            self.port = self._server.add_insecure_port(f"{host}:{port}")
+        try:
+            if config.tls is not None:
+                self.port = self._server.add_secure_port(
+                    f"{host}:{port}", grpc_server_credentials(config.tls)
+                )
+            else:
+                self.port = self._server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as error:  # grpcio: "Failed to bind to address"
+            raise OSError(f"cannot listen on {endpoint} (gRPC): {error}") from None
+        if self.port == 0:
+            raise OSError(f"cannot listen on {endpoint} (gRPC)")
         self.host = host
 
     @property

@@ -234,7 +234,10 @@ class HTTPReceiver:
         self.handler = handler
         self.token = config.auth_token.get_secret_value().encode() if config.auth_token else None
         host, _, port = endpoint.rpartition(":")
-        self._server = _Server((host, int(port)), self)
+        try:
+            self._server = _Server((host, int(port)), self)
+        except OSError as error:
+            raise OSError(f"cannot listen on {endpoint} (HTTP): {error.strerror or error}") from None
         if config.tls is not None:
             context = http_server_context(config.tls)
             self._server.socket = context.wrap_socket(

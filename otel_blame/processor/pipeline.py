@@ -111,11 +111,19 @@ class BlameProcessor:
         self._exporter = OTLPExporter(config.exporter, self._wal.release)
         self._ticker = threading.Thread(target=self._tick_loop, name="otel-blame-assembler", daemon=True)
         self._ticker.start()
-        self._replay()
-        if config.receivers.grpc_endpoint:
-            self._grpc = GRPCReceiver(config.receivers.grpc_endpoint, config.receivers, self)
-        if config.receivers.http_endpoint:
-            self._http = HTTPReceiver(config.receivers.http_endpoint, config.receivers, self)
+        try:
+            self._replay()
+            if config.receivers.grpc_endpoint:
+                self._grpc = GRPCReceiver(config.receivers.grpc_endpoint, config.receivers, self)
+            if config.receivers.http_endpoint:
+                self._http = HTTPReceiver(config.receivers.http_endpoint, config.receivers, self)
+        except BaseException:  # e.g. a port in use: leave nothing running behind
+            self._stop_event.set()
+            self._exporter.close()
+            self._wal.close()
+            if self._notifier is not None:
+                self._notifier.close(timeout=1)
+            raise
         self._accepting = True
         if self._grpc is not None:
             self._grpc.start()

@@ -207,3 +207,23 @@ def test_logs_are_forwarded_and_joined_for_attribution(sink, make_processor, con
     )  # forwarded unchanged
     culprits = [r.span.name for r in arrived if attributes_to_dict(r.span.attributes).get(sc.BLAME_CULPRIT)]
     assert len(culprits) == 1 and culprits[0] in ("invoke_agent Planner", "invoke_agent Solver")
+
+
+def test_port_in_use_is_a_clear_error_and_leaves_nothing_running(sink, make_processor, tmp_path) -> None:  # noqa: ANN001
+    import threading
+
+    from otel_blame.processor import BlameProcessor, load_config
+
+    from .conftest import processor_overrides
+
+    first = make_processor()
+    threads_before = threading.active_count()
+    overrides = processor_overrides(sink.endpoint, tmp_path / "other-wal")
+    overrides["receivers"]["http_endpoint"] = first.http_endpoint
+    second = BlameProcessor(load_config(overrides=overrides, environ={}))
+    with pytest.raises(OSError, match=f"cannot listen on {first.http_endpoint}"):
+        second.start()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= threads_before
