@@ -553,7 +553,7 @@ def _build(views: list[_SpanView], logs: dict[tuple[bytes, bytes], list[LogRecor
         None,
     )
     task = Task(
-        name=_text(task_attrs.get(sc.TASK_NAME))
+        name=_text(task_attrs.get(sc.TASK_NAME) or root_attrs.get(sc.TRACELOOP_WORKFLOW_NAME))
         or (root.span.name if root is not None else "task")
         or "task",
         input=_text(

@@ -88,7 +88,7 @@ def test_step_index_attribute_wins_over_start_time() -> None:
 
 def test_openinference_openllmetry_and_ag2_shapes() -> None:
     spans = _resource(
-        _span(1, None, "crew", 0, openinference__span__kind="CHAIN"),
+        _span(1, None, "crew", 0, openinference__span__kind="CHAIN", traceloop__workflow__name="research"),
         _span(
             2,
             1,
@@ -128,7 +128,9 @@ def test_openinference_openllmetry_and_ag2_shapes() -> None:
             ag2__code_execution__exit_code=1,
         ),
     )
-    steps = trajectory_from_spans(spans).steps
+    trajectory = trajectory_from_spans(spans)
+    assert trajectory.task.name == "research"
+    steps = trajectory.steps
     assert [(s.agent, s.kind) for s in steps] == [
         ("Researcher", StepKind.MESSAGE),
         ("web_search", StepKind.TOOL),
