@@ -281,11 +281,6 @@ def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, ex
         instrumentor.uninstrument()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spans_to_trajectory still counts AG2's own invoke_agent spans next to otel_blame's step spans; "
-    "when a trace has otel_blame.step.index spans, those alone should be the steps (issue 4)",
-)
 def test_trajectory_with_ag2_builtin_tracing_has_one_step_per_message(instrumented, tmp_path):
     from autogen.opentelemetry import instrument_agent
 
@@ -299,3 +294,7 @@ def test_trajectory_with_ag2_builtin_tracing_has_one_step_per_message(instrument
         result = chat.planner.initiate_chat(chat.manager, message=QUESTION, silent=True)
     trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
     assert [s.agent for s in trajectory.steps] == [m["name"] for m in result.chat_history]
+    assert [s.content for s in trajectory.steps] == [m["content"] for m in result.chat_history]
+    assert [s.kind for s in trajectory.steps][2] == "code_execution"
+    step_spans = {format(s.context.span_id, "016x") for s in spans.steps()}
+    assert {s.span_id for s in trajectory.steps} == step_spans
