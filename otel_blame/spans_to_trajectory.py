@@ -493,6 +493,23 @@ def _build(views: list[_SpanView], logs: dict[tuple[bytes, bytes], list[LogRecor
                 content, role = _own_content(llm_below[-1])
         step_views.append((view, content, role))
 
+    # A tool or code span inside an agent's step whose output that agent's message already
+    # carries (AG2 replies with the execution result) says nothing new: it is not a step of its
+    # own, but its error marks the agent's step.
+    inherited_errors: set[bytes] = set()
+    if not declared:
+        agent_content = {view.span_id: content for view, content, _ in step_views if view.kind == _AGENT}
+        kept = []
+        for view, content, role in step_views:
+            if view.kind in (_TOOL, _CODE):
+                owner = next((a for a in graph.ancestors(view) if a.span_id in agent_content), None)
+                if owner is not None and content.strip() in agent_content[owner.span_id]:
+                    if _is_error(view):
+                        inherited_errors.add(owner.span_id)
+                    continue
+            kept.append((view, content, role))
+        step_views = kept
+
     if not step_views:
         raise ValueError(f"trace {trace_id.hex()} has no agent steps")
 
@@ -513,7 +530,7 @@ def _build(views: list[_SpanView], logs: dict[tuple[bytes, bytes], list[LogRecor
             if tool_name is None and view.span.name.startswith(sc.OP_EXECUTE_TOOL + " "):
                 tool_name = view.span.name[len(sc.OP_EXECUTE_TOOL) + 1 :]
         agent = _agent_name(view, graph) or _nearest_agent(view, graph) or tool_name or view.span.name
-        is_error = _is_error(view)
+        is_error = _is_error(view) or view.span_id in inherited_errors
         if not content and is_error:
             content = _exception_text(view.span) or view.span.status.message
         raw_role = (
@@ -560,6 +577,11 @@ def _build(views: list[_SpanView], logs: dict[tuple[bytes, bytes], list[LogRecor
             task_attrs.get(sc.TASK_INPUT)
             or root_attrs.get(sc.OPENINFERENCE_INPUT_VALUE)
             or root_attrs.get(sc.TRACELOOP_ENTITY_INPUT)
+        )
+        or (
+            messages_text(root_attrs[sc.GEN_AI_INPUT_MESSAGES])[0]
+            if sc.GEN_AI_INPUT_MESSAGES in root_attrs
+            else ""
         )
         or None,
         expected_output=_text(task_attrs.get(sc.TASK_EXPECTED_OUTPUT)) or None,
