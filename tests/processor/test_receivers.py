@@ -227,3 +227,29 @@ def test_port_in_use_is_a_clear_error_and_leaves_nothing_running(sink, make_proc
     while threading.active_count() > threads_before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert threading.active_count() <= threads_before
+
+
+def test_logs_over_grpc_are_forwarded(sink, make_processor) -> None:  # noqa: ANN001
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+
+    processor = make_processor()
+    records = [LogRecord(body=AnyValue(string_value=f"line {n}")) for n in range(3)]
+    body = ExportLogsServiceRequest(
+        resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=records)])]
+    ).SerializeToString()
+    with grpc.insecure_channel(processor.grpc_endpoint) as channel:
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        assert export(body, timeout=10) == b""
+        with pytest.raises(grpc.RpcError) as refused:
+            export(b"\xff\xff\xff", timeout=10)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    deadline = time.monotonic() + 5
+    while len(sink.log_records()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(r.body.string_value for r in sink.log_records()) == ["line 0", "line 1", "line 2"]
