@@ -94,6 +94,7 @@ class BlameProcessor:
             "attributed_traces": 0,
             "fallback_attributions": 0,
             "unattributed_failed_traces": 0,
+            "no_trajectory_traces": 0,
             "analysis_overflow_traces": 0,
             "verdicts": 0,
             "replayed_rows": 0,
@@ -333,6 +334,7 @@ class BlameProcessor:
             trajectory = trajectory_from_spans(resource_spans, list(logs.resource_logs) if logs else ())
         except ValueError as error:
             log.debug("trace %s: %s; forwarding it unchanged", trace.trace_id.hex(), error)
+            self._count("no_trajectory_traces")
             self._forward(trace)
             return
         failed = trace.root_failed or trace.verdict_failed
