@@ -298,3 +298,16 @@ def test_trajectory_with_ag2_builtin_tracing_has_one_step_per_message(instrument
     assert [s.kind for s in trajectory.steps][2] == "code_execution"
     step_spans = {format(s.context.span_id, "016x") for s in spans.steps()}
     assert {s.span_id for s in trajectory.steps} == step_spans
+
+
+def test_async_group_chat_with_code_executor(instrumented, tmp_path):
+    spans = instrumented
+    with ScriptedLLM(SCRIPT) as llm:
+        chat = build_group_chat(llm, tmp_path)
+        result = asyncio.run(chat.planner.a_initiate_chat(chat.manager, message=QUESTION, silent=True))
+    assert [m["name"] for m in result.chat_history] == ["planner", "coder", "executor", "reviewer", "planner"]
+    steps = spans.steps()
+    _chat_history_matches(steps, result.chat_history)
+    assert steps[2].attributes[semconv.STEP_KIND] == "code_execution"
+    root = spans.root()
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
