@@ -35,6 +35,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _CURRENT_TASK: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
     "otel_blame_task", default=None
 )
+# one encoder for all: json.dumps with non-default options builds a new encoder per call
+_encode_json = json.JSONEncoder(ensure_ascii=False).encode
 _MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -50,6 +52,8 @@ def _warn_once(key: str, message: str) -> None:
 
 def agent_name(value: Any) -> str:
     """A usable agent name from anything (None, bytes, objects with ``.name``, numbers)."""
+    if type(value) is str and 0 < len(value) <= 256 and value.isidentifier():
+        return value  # the common case, already clean
     if isinstance(value, str):
         name = value
     elif value is None:
@@ -283,7 +287,7 @@ def _output_messages(
             part["id"] = to_text(call.get("id"))
         parts.append(part)
     message = {"role": role, "parts": parts, "name": name}
-    return json.dumps([message], ensure_ascii=False), truncated, redacted
+    return _encode_json([message]), truncated, redacted
 
 
 def record_message(
@@ -345,10 +349,13 @@ def _record_message(
     run = run if run is not None else _CURRENT_TASK.get()
     name = agent_name(agent)
     raw_role = agent_name(role) if role is not None else "assistant"
-    try:
-        step_kind = StepKind(kind)
-    except ValueError:
+    if kind is StepKind.MESSAGE:
         step_kind = StepKind.MESSAGE
+    else:
+        try:
+            step_kind = StepKind(kind)
+        except ValueError:
+            step_kind = StepKind.MESSAGE
     settings = run.settings if run is not None else current_settings()
     attributes: dict[str, Any] = {
         semconv.GEN_AI_AGENT_NAME: name,
