@@ -25,6 +25,11 @@ AGENT_MARKERS = (
     b"otel_blame.",
 )
 
+# a span with a remote parent that carries one of these is the root of an agent task called from
+# another service (its own root is not ours to wait for)
+WORKFLOW_MARKERS = (b"invoke_workflow", b"otel_blame.task.")
+_PARENT_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+
 # field tags (field number << 3 | wire type 2) of the OTLP messages we write
 _TAG_1 = b"\x0a"  # ExportTraceServiceRequest.resource_spans / ResourceSpans.resource / ScopeSpans.scope
 _TAG_2 = b"\x12"  # ResourceSpans.scope_spans / ScopeSpans.spans
@@ -68,8 +73,9 @@ class TraceGroup:
 def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[TraceGroup]:
     """Parse an ExportTraceServiceRequest and cut it into one payload per trace id.
 
-    ``root_is_failed`` is asked about every root span (no parent) as it passes by, so failure
-    detection needs no second parse for traces that end well.
+    ``root_is_failed`` is asked about every root span as it passes by (no parent, or a remote
+    parent and workflow attributes), so failure detection needs no second parse for traces that
+    end well.
     """
     try:
         request = ExportTraceServiceRequest.FromString(body)
@@ -100,8 +106,11 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[Tr
                 spans = by_trace.get(trace_id)
                 if spans is None:
                     spans = by_trace[trace_id] = []
-                spans.append(span.SerializeToString())
-                if not span.parent_span_id:
+                encoded = span.SerializeToString()
+                spans.append(encoded)
+                if not span.parent_span_id or (
+                    span.flags & _PARENT_IS_REMOTE and any(marker in encoded for marker in WORKFLOW_MARKERS)
+                ):
                     roots[trace_id] = roots.get(trace_id, False) or root_is_failed(span)
             for trace_id, spans in by_trace.items():
                 scopes = touched.get(trace_id)

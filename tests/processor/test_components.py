@@ -168,3 +168,18 @@ def test_failure_signals_are_configurable() -> None:
     assert detector.is_failed(scored)
     lenient = FailureDetector(DetectionConfig(root_error=False, root_exception_event=False))
     assert not lenient.is_failed(errored) and not lenient.is_failed(excepted)
+
+
+def test_workflow_span_with_a_remote_parent_is_a_root() -> None:
+    trace = os.urandom(16)
+    workflow = _span(trace, 1, b"\1" * 8, gen_ai__operation__name="invoke_workflow")
+    workflow.flags = 0x300  # the parent came from another service
+    plain_remote = _span(trace, 2, b"\2" * 8)
+    plain_remote.flags = 0x300
+    local = _span(trace, 3, b"\3" * 8)
+    local.flags = 0x100
+    for spans, is_root in (([workflow], True), ([plain_remote], False), ([local], False)):
+        body = ExportTraceServiceRequest(
+            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]
+        ).SerializeToString()
+        assert split_traces(body, lambda span: False)[0].has_root is is_root
