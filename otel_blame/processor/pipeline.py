@@ -95,6 +95,7 @@ class BlameProcessor:
             "fallback_attributions": 0,
             "unattributed_failed_traces": 0,
             "no_trajectory_traces": 0,
+            "late_root_failures": 0,
             "analysis_overflow_traces": 0,
             "verdicts": 0,
             "replayed_rows": 0,
@@ -245,6 +246,8 @@ class BlameProcessor:
                 continue
             if route == Route.LATE:
                 self._retained.add_late(group.trace_id, group.payload, logs=logs)
+                if not logs and group.root_failed:
+                    self._late_root_failed(group.trace_id)
             self._exporter.submit(export_kind, group.payload, [row], group.items)
 
     def _replay(self) -> None:
@@ -307,6 +310,24 @@ class BlameProcessor:
         except RuntimeError:  # shutting down
             self._analysis_done()
             self._forward(trace)
+
+    def _late_root_failed(self, trace_id: bytes) -> None:
+        """The failed root of a trace released without it (a task longer than max_wait): blame it
+        as a late verdict would, with a ``blame {agent}`` span."""
+        self._count("late_root_failures")
+
+        def blame() -> None:
+            try:
+                self.submit_verdict(trace_id.hex(), "failure")
+            except (VerdictNotFound, ValueError, NotAccepting) as error:
+                log.info("trace %s: failed root arrived late; not attributed: %s", trace_id.hex(), error)
+            except Exception:
+                log.exception("trace %s: attributing a late failed root failed", trace_id.hex())
+
+        try:
+            self._analysis.submit(blame)
+        except RuntimeError:  # shutting down
+            pass
 
     def _analysis_done(self) -> None:
         with self._analysis_lock:

@@ -107,3 +107,18 @@ def test_llm_timeout_falls_back_within_the_per_trace_timeout(sink, make_processo
         assert time.monotonic() - started < 4.0
         root = next(r.span for r in arrived if not r.span.parent_span_id)
         assert attributes_to_dict(root.attributes)[sc.BLAME_METHOD] == "heuristic(fallback:all_at_once)"
+
+
+def test_failed_root_after_max_wait_gets_a_blame_span(sink, make_processor) -> None:  # noqa: ANN001
+    processor = make_processor(assembly={"quiet_period": 0.1, "max_wait": 0.5})
+    spans = record_agent_run([("A", "a"), ("B", "Error: gave up")], failed=True)
+    root = next(s for s in spans if s.parent is None)
+    children = [s for s in spans if s.parent is not None]
+    _send(processor.grpc_endpoint, children)  # a long task: its steps ended long before its root
+    sink.wait_for_spans(len(children), timeout=5)  # released unattributed after max_wait
+    _send(processor.grpc_endpoint, [root])
+    arrived = sink.wait_for_spans(len(spans) + 1, timeout=10)
+    blame = next(r.span for r in arrived if r.span.name.startswith("blame "))
+    assert blame.trace_id == root.context.trace_id.to_bytes(16, "big")
+    assert attributes_to_dict(blame.attributes)[sc.BLAME_METHOD] == "heuristic"
+    assert processor.stats()["late_root_failures"] == 1
