@@ -53,19 +53,22 @@ class WriteAheadLog:
     """``append`` blocks until the row is durable; ``release`` counts acknowledged parts."""
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "otel-blame-wal.sqlite"
         self.max_bytes = max_bytes
-        self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._connection.execute("PRAGMA journal_mode=WAL")
-        self._connection.execute("PRAGMA synchronous=FULL")
-        self._connection.execute(
-            "CREATE TABLE IF NOT EXISTS requests ("
-            "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body BLOB NOT NULL)"
-        )
-        row = self._connection.execute(
-            "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*) FROM requests"
-        ).fetchone()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=FULL")
+            self._connection.execute(
+                "CREATE TABLE IF NOT EXISTS requests ("
+                "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body BLOB NOT NULL)"
+            )
+            row = self._connection.execute(
+                "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*) FROM requests"
+            ).fetchone()
+        except (OSError, sqlite3.Error) as error:
+            raise OSError(f"cannot open the write-ahead log {self.path}: {error}") from None
         self._bytes = int(row[0])
         self.recovered_rows = int(row[1])
         self._recover_up_to = int(
