@@ -111,6 +111,13 @@ def test_wrong_or_missing_token_is_refused(sink, make_processor) -> None:  # noq
         processor.http_endpoint, "/v1/traces", body, {"Content-Type": "application/x-protobuf"}
     )
     assert status == 401 and headers.get("WWW-Authenticate") == "Bearer"
+    verdict = json.dumps({"trace_id": "ab" * 16, "outcome": "failure"}).encode()
+    status, _, _ = _post(processor.http_endpoint, "/v1/verdicts", verdict, {"Authorization": "Bearer nope"})
+    assert status == 401
+    status, _, _ = _post(
+        processor.http_endpoint, "/v1/verdicts", verdict, {"Authorization": "Bearer s3cret-token"}
+    )
+    assert status == 404  # authorised; the trace is unknown
     right = OTLPSpanExporter(
         endpoint=processor.grpc_endpoint, insecure=True, headers={"authorization": "Bearer s3cret-token"}
     )
