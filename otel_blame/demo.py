@@ -10,6 +10,7 @@ per failed trace shows what the processor wrote on it.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import logging
@@ -265,6 +266,8 @@ def demo(
     jaeger_url: str | None, jaeger_otlp: str | None, no_jaeger: bool, out_dir: Path, timeout: float
 ) -> None:
     """Run an instrumented multi-agent app offline and show which agent broke each failed run."""
+    if importlib.util.find_spec("autogen") is None:
+        raise DemoError("the demo's app is an AG2 group chat: pip install 'otel-blame[autogen]'")
     if jaeger_url is not None and not jaeger_answers(jaeger_url, timeout=3.0):
         raise DemoError(f"Jaeger does not answer at {jaeger_url} (GET /api/services)")
     if jaeger_url is None and not no_jaeger and jaeger_answers(DEFAULT_JAEGER_URL):

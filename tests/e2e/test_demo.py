@@ -113,3 +113,17 @@ def test_demo_with_jaeger_prints_links_to_blamed_traces(tmp_path: Path):
         assert "OTLP JSON" not in result.output  # Jaeger mode writes no files
     finally:
         group.close()
+
+
+def test_demo_without_autogen_says_what_to_install(monkeypatch: pytest.MonkeyPatch):
+    import otel_blame.demo as demo_module
+
+    real_find_spec = demo_module.importlib.util.find_spec
+    monkeypatch.setattr(
+        demo_module.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "autogen" else real_find_spec(name, *a),
+    )
+    result = CliRunner().invoke(main, ["demo", "--no-jaeger"])
+    assert result.exit_code != 0
+    assert "pip install 'otel-blame[autogen]'" in result.output
