@@ -21,9 +21,10 @@ lint: $(STAMP)
 
 # The real OpenTelemetry Collector and Jaeger for the end-to-end tests (tests/e2e), built from pinned
 # Go modules and cached under ~/.cache/otel-blame-e2e; a no-op when the pins have not changed.
+# Go's default install location counts too, for shells whose PATH lacks it.
 e2e-components:
-	@command -v go >/dev/null 2>&1 || { echo "ERROR: Go is required to build the end-to-end components (deploy/build_components.sh)" >&2; exit 1; }
-	deploy/build_components.sh
+	@PATH="$$PATH:/usr/local/go/bin"; command -v go >/dev/null 2>&1 || { echo "ERROR: Go is required to build the end-to-end components (deploy/build_components.sh)" >&2; exit 1; }
+	PATH="$$PATH:/usr/local/go/bin" deploy/build_components.sh
 
 test: $(STAMP) lint e2e-components
 	$(PY) -m pytest -q

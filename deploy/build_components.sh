@@ -30,6 +30,9 @@ cache="${OTEL_BLAME_E2E_CACHE:-$HOME/.cache/otel-blame-e2e}"
 bin="$cache/bin"
 parallel="${E2E_GO_PARALLEL:-1}"
 
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+    PATH="$PATH:/usr/local/go/bin"  # Go's default install location, when PATH lacks it
+fi
 if ! command -v go >/dev/null 2>&1; then
     echo "ERROR: Go is not installed (or not on PATH); it is needed to build the end-to-end" >&2
     echo "       components (OpenTelemetry Collector, Jaeger). Install Go 1.24+ and retry." >&2
