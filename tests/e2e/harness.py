@@ -6,12 +6,14 @@ through a `ProcessGroup` is stopped (SIGTERM, then SIGKILL) when the group close
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -384,3 +386,153 @@ class BlameServer:
 
 def iter_spans(trace: Mapping[str, Any]) -> Iterator[dict]:
     yield from trace.get("spans", [])
+
+
+def run_verdict(
+    http_port: int, trace_id: str, *, failed: bool = True, expected_output: str | None = None
+) -> subprocess.CompletedProcess:
+    """The real `otel-blame verdict` CLI against a processor's HTTP port (output captured)."""
+    argv = [str(OTEL_BLAME_BIN), "verdict", trace_id, "--failed" if failed else "--succeeded"]
+    if expected_output is not None:
+        argv += ["--expected-output", expected_output]
+    argv += ["--endpoint", f"http://127.0.0.1:{http_port}", "--timeout", "60"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+
+
+def jaeger_references(span: Mapping[str, Any]) -> list[dict]:
+    """A Jaeger API span's references (its parent and, from OTLP links, FOLLOWS_FROM)."""
+    return list(span.get("references") or [])
+
+
+# --- Prometheus and Alertmanager (Debian packages, `make system-packages`) -----------------------
+
+PROMETHEUS_BIN = Path(os.environ.get("OTEL_BLAME_PROMETHEUS_BIN", "/usr/bin/prometheus"))
+PROMTOOL_BIN = Path(os.environ.get("OTEL_BLAME_PROMTOOL_BIN", "/usr/bin/promtool"))
+ALERTMANAGER_BIN = Path(os.environ.get("OTEL_BLAME_ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager"))
+SYSTEM_PACKAGES_HINT = "install them with `make system-packages` (Debian prometheus, prometheus-alertmanager)"
+
+
+def missing_system_binary_reason(*paths: Path) -> str | None:
+    """Why a test needing these system binaries cannot run, or None when all are there."""
+    missing = [str(p) for p in paths if not (p.is_file() and os.access(p, os.X_OK))]
+    if not missing:
+        return None
+    return f"{', '.join(missing)} not installed; {SYSTEM_PACKAGES_HINT}"
+
+
+class Alertmanager:
+    """Real Alertmanager on loopback with its storage in the group's log directory."""
+
+    def __init__(self, group: ProcessGroup, config: Mapping[str, Any], name: str = "alertmanager"):
+        self.port = free_port()
+        config_path = group.log_dir / f"{name}.yml"
+        config_path.write_text(yaml.safe_dump(dict(config)))
+        argv = [
+            str(ALERTMANAGER_BIN),
+            f"--config.file={config_path}",
+            f"--storage.path={group.log_dir / f'{name}-data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",  # no gossip port: a single instance
+            "--log.level=info",
+        ]
+        self.proc = group.start(name, argv)
+        wait_ready(self.proc, f"{self.base_url}/-/ready")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alerts(self) -> list[dict]:
+        status, body = http_get(f"{self.base_url}/api/v2/alerts")
+        if status != 200:
+            raise RuntimeError(f"Alertmanager /api/v2/alerts answered {status}: {body[:300]!r}")
+        return json.loads(body)
+
+
+class Prometheus:
+    """Real Prometheus on loopback (temporary TSDB in the group's log directory)."""
+
+    def __init__(
+        self,
+        group: ProcessGroup,
+        config: Mapping[str, Any],
+        rule_files: Mapping[str, str] = {},  # noqa: B006 - read only
+        name: str = "prometheus",
+    ):
+        self.port = free_port()
+        for file_name, text in rule_files.items():
+            (group.log_dir / file_name).write_text(text)
+        config_path = group.log_dir / f"{name}.yml"
+        config_path.write_text(yaml.safe_dump(dict(config)))
+        argv = [
+            str(PROMETHEUS_BIN),
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={group.log_dir / f'{name}-data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=info",
+        ]
+        self.proc = group.start(name, argv)
+        wait_ready(self.proc, f"{self.base_url}/-/ready")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _api(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        status, body = http_get(f"{self.base_url}{path}{query}")
+        if status != 200:
+            raise RuntimeError(f"Prometheus {path} answered {status}: {body[:300]!r}")
+        return json.loads(body)["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self._api("/api/v1/query", {"query": expr})["result"]
+
+    def alerts(self) -> list[dict]:
+        return self._api("/api/v1/alerts")["alerts"]
+
+    def targets(self) -> list[dict]:
+        return self._api("/api/v1/targets")["activeTargets"]
+
+
+class WebhookRecorder:
+    """A loopback HTTP server that records every JSON body POSTed to it (Alertmanager, otel-blame)."""
+
+    def __init__(self) -> None:
+        recorder = self
+        self._lock = threading.Lock()
+        self._bodies: list[tuple[str, Any]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                with recorder._lock:
+                    recorder._bodies.append((self.path, body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+                return None
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook", daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}{path}"
+
+    def received(self, path: str | None = None) -> list[Any]:
+        """The bodies received so far (only those POSTed to ``path`` when given)."""
+        with self._lock:
+            return [body for p, body in self._bodies if path is None or p == path]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
