@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit e2e-components bench clean
+.PHONY: demo test lint unit e2e-components system-packages bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,29 @@ e2e-components:
 	@PATH="$$PATH:/usr/local/go/bin"; command -v go >/dev/null 2>&1 || { echo "ERROR: Go is required to build the end-to-end components (deploy/build_components.sh)" >&2; exit 1; }
 	PATH="$$PATH:/usr/local/go/bin" deploy/build_components.sh
 
-test: $(STAMP) lint e2e-components
+# Prometheus, promtool and Alertmanager for the alerting end-to-end test (tests/e2e/test_alerting_e2e.py),
+# from the Debian packages; a no-op when the binaries are there. Runs as root, or through sudo when that
+# exists; otherwise it says so and the tests that need them skip. Services are never started: a
+# policy-rc.d that forbids it is put in place for the install when the system has none.
+SYSTEM_BINARIES := /usr/bin/promtool /usr/bin/prometheus /usr/bin/prometheus-alertmanager
+system-packages:
+	@missing=""; for bin in $(SYSTEM_BINARIES); do [ -x "$$bin" ] || missing="$$missing $$bin"; done; \
+	if [ -z "$$missing" ]; then echo "system packages: prometheus and alertmanager present"; exit 0; fi; \
+	echo "system packages: missing$$missing; installing prometheus prometheus-alertmanager"; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
+	else echo "WARNING: not root and no sudo: cannot install them; the alerting end-to-end test will skip" >&2; exit 0; fi; \
+	command -v apt-get >/dev/null 2>&1 || { echo "WARNING: no apt-get here; install Prometheus and Alertmanager yourself" >&2; exit 0; }; \
+	policy=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+		printf '#!/bin/sh\nexit 101\n' | $$SUDO tee /usr/sbin/policy-rc.d >/dev/null && $$SUDO chmod 755 /usr/sbin/policy-rc.d && policy=1; fi; \
+	status=0; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		prometheus prometheus-alertmanager || status=$$?; \
+	if [ -n "$$policy" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; \
+	exit $$status
+
+test: $(STAMP) lint e2e-components system-packages
 	$(PY) -m pytest -q
 
 clean:
