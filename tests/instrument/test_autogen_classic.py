@@ -250,7 +250,7 @@ def test_uninstrument_restores_the_originals(spans, monkeypatch):
     instrumentor.instrument()
     try:
         assert all(ConversableAgent.__dict__[name] is not before[name] for name in names)
-        assert instrumentor.instrumented_frameworks == ["otel_blame_ag2", "otel_blame_autogen"]
+        assert {"otel_blame_ag2", "otel_blame_autogen"} <= set(instrumentor.instrumented_frameworks)
     finally:
         instrumentor.uninstrument()
     assert all(ConversableAgent.__dict__[name] is before[name] for name in names)
@@ -275,7 +275,11 @@ def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, ex
     instrumentor = OtelBlameInstrumentor()
     instrumentor.instrument()
     try:
-        assert instrumentor.instrumented_frameworks == expected
+        # other installed frameworks (openai-agents, ...) are hooked too; this test is about these two
+        ag2_parts = [
+            p for p in instrumentor.instrumented_frameworks if p in ("otel_blame_ag2", "otel_blame_autogen")
+        ]
+        assert ag2_parts == expected
         assert ConversableAgent.__dict__["_process_message_before_send"] is original
     finally:
         instrumentor.uninstrument()

@@ -1,0 +1,384 @@
+"""Hooks for the OpenAI Agents SDK (``openai-agents``, module ``agents``), through its ``RunHooks``.
+
+Every run goes through ``AgentRunner.run`` (``Runner.run`` and ``Runner.run_sync`` included) or
+``AgentRunner.run_streamed``. The instrumentor wraps both so the run's ``hooks`` become a
+:class:`RunHooks` of ours that records each step and then forwards every callback to the app's own
+hooks, unchanged. Run hooks fire whether or not the SDK's own tracing is on, so nothing here
+depends on (or exports through) ``agents.tracing``.
+
+Steps: the run's input is a ``user`` step (only for the outermost run of a task: a nested run, an
+agent used as a tool, was already asked through its caller's tool call); each model response is a
+step of the agent that made it (text and tool calls); each tool result is a ``tool`` step; each
+handoff is a ``tool`` step of the agent handing off (named by its transfer tool). A run with no
+task open gets its own root, named after the starting agent; its final output is noted on the root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import threading
+import time
+import types
+from typing import Any
+
+from otel_blame import semconv
+from otel_blame.instrument.content import to_text
+from otel_blame.instrument.safety import HOOK_ERRORS, guarded, logger
+from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
+from otel_blame.trajectory import StepKind
+
+SOURCE = "openai_agents"
+_WRAPPED = "__otel_blame_wrapped__"
+_patches: list[tuple[type, str, Any]] = []
+# the task whose run encloses the running code (None: no run yet, this is the outermost)
+_enclosing_run: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
+    "otel_blame_openai_agents_enclosing_run", default=None
+)
+
+
+def instrument() -> None:
+    try:
+        from agents.run import AgentRunner
+    except ImportError:  # a top-level ``agents`` that is not the OpenAI Agents SDK
+        logger.info("otel-blame: module 'agents' is not the OpenAI Agents SDK; not hooked")
+        return
+
+    for name, make in (("run", _wrap_run), ("run_streamed", _wrap_run_streamed)):
+        original = AgentRunner.__dict__.get(name)
+        if original is None or getattr(original, _WRAPPED, False):
+            continue
+        wrapper = make(original)
+        setattr(wrapper, _WRAPPED, True)
+        setattr(AgentRunner, name, wrapper)
+        _patches.append((AgentRunner, name, original))
+
+
+def uninstrument() -> None:
+    while _patches:
+        owner, name, original = _patches.pop()
+        setattr(owner, name, original)
+
+
+# -- the runner: a task root when none is open, our hooks in front of the app's ---------------
+
+
+def _wrap_run(original: Any) -> Any:
+    @functools.wraps(original)
+    async def run(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
+        if current_task() is not None:
+            return await _run_in_task(original, self, starting_agent, input, kwargs)
+        scope = _root_scope(starting_agent, input)
+        if scope is None:
+            return await original(self, starting_agent, input, **kwargs)
+        async with scope as run_:
+            result = await _run_in_task(original, self, starting_agent, input, kwargs)
+            _note_final_output(run_, getattr(result, "final_output", None))
+            return result
+
+    return run
+
+
+async def _run_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
+    run_ = current_task()
+    options = _install_hooks(run_, input, kwargs)
+    token = _enclosing_run.set(run_)
+    try:
+        return await original(runner, starting_agent, input, **options)
+    finally:
+        _enclosing_run.reset(token)
+
+
+def _wrap_run_streamed(original: Any) -> Any:
+    @functools.wraps(original)
+    def run_streamed(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
+        if current_task() is not None:
+            return _streamed_in_task(original, self, starting_agent, input, kwargs)
+        scope = _root_scope(starting_agent, input)
+        if scope is None:
+            return original(self, starting_agent, input, **kwargs)
+        # The stream's loop runs in a background asyncio task that copies the context at
+        # creation; open the root in a copy of the caller's context so the loop sees it and the
+        # caller's own context stays as it was. The root ends when the loop's task does.
+        context = contextvars.copy_context()
+
+        def start() -> tuple[TaskRun | None, Any]:
+            run_ = scope.__enter__()
+            try:
+                return run_, _streamed_in_task(original, self, starting_agent, input, kwargs)
+            except BaseException as error:
+                scope.__exit__(type(error), error, None)
+                raise
+
+        run_, result = context.run(start)
+        _close_with_stream(context, scope, run_, result)
+        return result
+
+    return run_streamed
+
+
+def _streamed_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
+    run_ = current_task()
+    options = _install_hooks(run_, input, kwargs)
+    token = _enclosing_run.set(run_)
+    try:
+        return original(runner, starting_agent, input, **options)
+    finally:
+        _enclosing_run.reset(token)
+
+
+def _close_with_stream(context: contextvars.Context, scope: task, run_: TaskRun | None, result: Any) -> None:
+    """End the streamed run's root when its loop task is done (failed if the stream failed)."""
+
+    def end(error: BaseException | None) -> None:
+        try:
+            context.run(scope.__exit__, type(error) if error else None, error, None)
+        except Exception:
+            HOOK_ERRORS.record("openai_agents.stream_end")
+
+    def done(finished: Any) -> None:
+        error: BaseException | None = None
+        try:
+            error = finished.exception() if not finished.cancelled() else asyncio.CancelledError()
+            if error is None:
+                error = getattr(result, "_stored_exception", None)
+            if error is None:
+                _note_final_output(run_, getattr(result, "final_output", None))
+        except Exception:
+            HOOK_ERRORS.record("openai_agents.stream_end")
+        end(error)
+
+    loop_task = getattr(result, "run_loop_task", None)
+    if loop_task is None or not hasattr(loop_task, "add_done_callback"):
+        end(None)
+        return
+    loop_task.add_done_callback(done)
+
+
+def _root_scope(starting_agent: Any, input: Any) -> task | None:  # noqa: A002
+    try:
+        return task(
+            _name_of(starting_agent),
+            input=input if isinstance(input, str) else _input_text(input) or None,
+            attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
+        )
+    except Exception:
+        HOOK_ERRORS.record("openai_agents.root")
+        return None
+
+
+def _install_hooks(run_: TaskRun | None, input: Any, kwargs: dict) -> dict:  # noqa: A002
+    """The run's keyword arguments with our hooks in front of the app's (unchanged on any doubt)."""
+    try:
+        from agents.lifecycle import RunHooksBase
+
+        app_hooks = kwargs.get("hooks")
+        if app_hooks is not None and not isinstance(app_hooks, RunHooksBase):
+            return kwargs  # the SDK rejects these itself, with its own error
+        recorder = _StepRecorder(run_)
+        hooks = _hooks_class()(recorder, app_hooks)
+        if run_ is not None and _enclosing_run.get() is not run_:
+            recorder.record_input(input)
+        return {**kwargs, "hooks": hooks}
+    except Exception:
+        HOOK_ERRORS.record("openai_agents.hooks")
+        return kwargs
+
+
+@functools.cache
+def _hooks_class() -> type:
+    """A ``RunHooks`` that forwards every ``on_*`` callback of the SDK to the app's hooks, after ours."""
+    from agents.lifecycle import RunHooks, RunHooksBase
+
+    def forward(name: str) -> Any:
+        async def callback(self: Any, *args: Any, **kwargs: Any) -> None:
+            ours = getattr(self._otel_blame_recorder, name, None)
+            if ours is not None:
+                ours(*args, **kwargs)
+            app_hooks = self._otel_blame_app_hooks
+            if app_hooks is not None:
+                await getattr(app_hooks, name)(*args, **kwargs)
+
+        callback.__name__ = name
+        return callback
+
+    def __init__(self: Any, recorder: _StepRecorder, app_hooks: Any) -> None:  # noqa: N807
+        self._otel_blame_recorder = recorder
+        self._otel_blame_app_hooks = app_hooks
+
+    namespace: dict[str, Any] = {"__init__": __init__, "__module__": __name__}
+    for name, _member in inspect.getmembers(RunHooksBase, inspect.iscoroutinefunction):
+        if name.startswith("on_"):
+            namespace[name] = forward(name)
+    return types.new_class("OtelBlameRunHooks", (RunHooks,), exec_body=lambda body: body.update(namespace))
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+class _StepRecorder:
+    """Turns one run's hook callbacks into steps of its task (never raises)."""
+
+    def __init__(self, run_: TaskRun | None) -> None:
+        self.run = run_
+        self._lock = threading.Lock()
+        self._llm_started: dict[int, int] = {}
+        self._tool_started: dict[Any, int] = {}
+        self._calls_by_name: dict[str, str] = {}  # function-call name -> its latest call id
+
+    @guarded("openai_agents.input")
+    def record_input(self, input: Any) -> None:  # noqa: A002
+        if isinstance(input, str):
+            record_message("user", input, "user", task=self.run, source=SOURCE)
+            return
+        for item in input if isinstance(input, list) else ():
+            role = _field(item, "role")
+            if role in ("user", "system", "developer"):
+                record_message(role, _text_of(_field(item, "content")), role, task=self.run, source=SOURCE)
+
+    @guarded("openai_agents.llm_start")
+    def on_llm_start(self, context: Any, agent: Any, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            self._llm_started[id(agent)] = time.time_ns()
+
+    @guarded("openai_agents.llm_end")
+    def on_llm_end(self, context: Any, agent: Any, response: Any, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            started = self._llm_started.pop(id(agent), None)
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for item in getattr(response, "output", None) or ():
+            kind = _field(item, "type")
+            if kind == "message":
+                texts.append(_text_of(_field(item, "content")))
+            elif kind == "function_call":
+                call_id = _field(item, "call_id") or _field(item, "id")
+                name = to_text(_field(item, "name"))
+                arguments = _field(item, "arguments")
+                calls.append({"id": call_id, "function": {"name": name, "arguments": arguments}})
+                with self._lock:
+                    self._calls_by_name[name] = call_id
+            elif kind == "reasoning":
+                continue
+        record_message(
+            _name_of(agent),
+            "\n".join(t for t in texts if t) if texts or not calls else None,
+            "assistant",
+            tool_calls=calls or None,
+            start_time_ns=started,
+            attributes=_usage_attributes(response, agent),
+            source=SOURCE,
+            task=self.run,
+        )
+
+    @guarded("openai_agents.tool_start")
+    def on_tool_start(self, context: Any, agent: Any, tool: Any, *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            self._tool_started[_tool_key(context, tool)] = time.time_ns()
+
+    @guarded("openai_agents.tool_end")
+    def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any, *args: Any, **_: Any) -> None:
+        with self._lock:
+            started = self._tool_started.pop(_tool_key(context, tool), None)
+        record_message(
+            _name_of(agent),
+            result,
+            "tool",
+            kind=StepKind.TOOL,
+            tool_name=getattr(tool, "name", None) or getattr(context, "tool_name", None) or "tool",
+            tool_call_id=getattr(context, "tool_call_id", None),
+            start_time_ns=started,
+            source=SOURCE,
+            task=self.run,
+        )
+
+    @guarded("openai_agents.handoff")
+    def on_handoff(self, context: Any, from_agent: Any, to_agent: Any, *args: Any, **kwargs: Any) -> None:
+        tool_name = _handoff_tool_name(from_agent, to_agent)
+        with self._lock:
+            call_id = self._calls_by_name.get(tool_name)
+        record_message(
+            _name_of(from_agent),
+            f"handoff to {_name_of(to_agent)}",
+            "tool",
+            kind=StepKind.TOOL,
+            tool_name=tool_name,
+            tool_call_id=call_id,
+            source=SOURCE,
+            task=self.run,
+        )
+
+
+def _tool_key(context: Any, tool: Any) -> Any:
+    return getattr(context, "tool_call_id", None) or (id(tool), id(context))
+
+
+def _handoff_tool_name(from_agent: Any, to_agent: Any) -> str:
+    """The transfer tool the model called: the matching handoff's own name, else the SDK default."""
+    target = _name_of(to_agent)
+    for handoff in getattr(from_agent, "handoffs", None) or ():
+        tool_name = getattr(handoff, "tool_name", None)
+        if getattr(handoff, "agent_name", None) == target and isinstance(tool_name, str):
+            return tool_name
+    try:
+        from agents.handoffs import Handoff
+
+        return Handoff.default_tool_name(to_agent)
+    except Exception:
+        return f"transfer_to_{target}"
+
+
+def _name_of(agent: Any) -> str:
+    return to_text(getattr(agent, "name", None)) or "agent"
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message content: a string, or a list of parts (output_text, input_text, refusal)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content if isinstance(content, list) else (content,):
+        value = _field(part, "text")
+        if value is None:
+            value = _field(part, "refusal")
+        if value is not None:
+            texts.append(to_text(value))
+    return "\n".join(texts)
+
+
+def _input_text(input: Any) -> str:  # noqa: A002
+    if not isinstance(input, list):
+        return ""
+    return "\n".join(_text_of(_field(item, "content")) for item in input if _field(item, "role") == "user")
+
+
+def _usage_attributes(response: Any, agent: Any) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    model = getattr(agent, "model", None)
+    model_name = model if isinstance(model, str) else getattr(model, "model", None)
+    if isinstance(model_name, str):
+        attributes[semconv.GEN_AI_REQUEST_MODEL] = model_name
+    usage = getattr(response, "usage", None)
+    for key, field in (
+        (semconv.GEN_AI_USAGE_INPUT_TOKENS, "input_tokens"),
+        (semconv.GEN_AI_USAGE_OUTPUT_TOKENS, "output_tokens"),
+    ):
+        value = getattr(usage, field, None)
+        if isinstance(value, int) and value > 0:
+            attributes[key] = value
+    return attributes
+
+
+@guarded("openai_agents.final_output")
+def _note_final_output(run_: TaskRun | None, output: Any) -> None:
+    if run_ is None or output is None or not run_.settings.capture_content:
+        return
+    run_.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run_.prepare(output).text)

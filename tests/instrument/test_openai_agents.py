@@ -1,0 +1,320 @@
+"""The OpenAI Agents SDK (``openai-agents``, module ``agents``) through the instrumentor's run hooks:
+real agents, handoffs and tools, the real openai client against the scripted server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+from otel_blame import semconv
+from otel_blame.instrument import hook_error_count, task
+from otel_blame.scripted_llm import Reply, ScriptedLLM
+from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+
+agents = pytest.importorskip("agents")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+QUESTION = "What is the weather in Paris?"
+HANDOFF_SCRIPT = [
+    Reply(tool_calls=[{"id": "call_1", "name": "transfer_to_researcher", "arguments": {}}]),
+    Reply(tool_calls=[{"id": "call_2", "name": "lookup_weather", "arguments": {"city": "Paris"}}]),
+    Reply(tool_calls=[{"id": "call_3", "name": "transfer_to_writer", "arguments": {}}]),
+    "Paris is sunny, 21 C.",
+]
+# (agent, kind, span name, text of the step)
+HANDOFF_STEPS = [
+    ("user", "message", "invoke_agent user", QUESTION),
+    ("triage", "message", "invoke_agent triage", ""),  # only the transfer call
+    ("triage", "tool", "execute_tool transfer_to_researcher", "handoff to researcher"),
+    ("researcher", "message", "invoke_agent researcher", ""),  # only the lookup call
+    ("researcher", "tool", "execute_tool lookup_weather", "Paris: sunny, 21 C"),
+    ("researcher", "message", "invoke_agent researcher", ""),
+    ("researcher", "tool", "execute_tool transfer_to_writer", "handoff to writer"),
+    ("writer", "message", "invoke_agent writer", "Paris is sunny, 21 C."),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_sdk_tracing() -> Iterator[None]:
+    """The SDK's own tracing (which would export to OpenAI) stays off; our hooks do not need it."""
+    agents.set_tracing_disabled(True)
+    yield
+    agents.set_tracing_disabled(False)
+
+
+def _model(llm: ScriptedLLM, max_retries: int = 2):
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=llm.base_url, api_key="test-key", max_retries=max_retries)
+    return agents.OpenAIChatCompletionsModel(model="scripted-model", openai_client=client)
+
+
+def _handoff_team(llm: ScriptedLLM):
+    @agents.function_tool
+    def lookup_weather(city: str) -> str:
+        """Look up today's weather for a city."""
+        return f"{city}: sunny, 21 C"
+
+    model = _model(llm)
+    writer = agents.Agent(name="writer", instructions="Write the answer.", model=model)
+    researcher = agents.Agent(
+        name="researcher", instructions="Find facts.", model=model, tools=[lookup_weather], handoffs=[writer]
+    )
+    return agents.Agent(name="triage", instructions="Route the question.", model=model, handoffs=[researcher])
+
+
+def _summary(steps):
+    out = []
+    for step in steps:
+        message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
+        text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
+        out.append(
+            (step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], step.name, text)
+        )
+    return out
+
+
+def test_handoffs_and_tools_make_ordered_steps_under_one_root(instrumented):
+    spans = instrumented
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+        assert llm.calls == 4
+    assert result.final_output == "Paris is sunny, 21 C."
+    steps = spans.steps()
+    assert _summary(steps) == HANDOFF_STEPS
+    assert len(spans.all()) == len(HANDOFF_STEPS) + 1  # one span per message, plus the root
+    root = spans.root()
+    assert root.name == "invoke_workflow triage"
+    assert root.attributes[semconv.TASK_INPUT] == QUESTION
+    assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "Paris is sunny, 21 C."
+    assert root.attributes[semconv.INSTRUMENTATION_SOURCE] == "openai_agents"
+    assert [s.attributes[semconv.STEP_INDEX] for s in steps] == list(range(len(HANDOFF_STEPS)))
+    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    assert len({s.context.trace_id for s in spans.all()}) == 1
+    assert [s.start_time for s in steps] == sorted(s.start_time for s in steps)
+    call = json.loads(steps[3].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
+    assert call == [
+        {"type": "tool_call", "name": "lookup_weather", "arguments": '{"city": "Paris"}', "id": "call_2"}
+    ]
+    assert steps[4].attributes[semconv.GEN_AI_TOOL_NAME] == "lookup_weather"
+    assert steps[4].attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_2"
+    assert steps[2].attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_1"
+    assert steps[7].attributes[semconv.GEN_AI_REQUEST_MODEL] == "scripted-model"
+
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
+    # a message that is only a tool call reads as the call in the trajectory
+    calls = {1: "tool_call transfer_to_researcher({})", 3: 'tool_call lookup_weather({"city": "Paris"})'}
+    calls[5] = "tool_call transfer_to_writer({})"
+    assert [(s.index, s.agent, s.kind.value, s.content) for s in trajectory.steps] == [
+        (i, agent, kind, calls.get(i, text)) for i, (agent, kind, _, text) in enumerate(HANDOFF_STEPS)
+    ]
+    assert [s.span_id for s in trajectory.steps] == [format(s.context.span_id, "016x") for s in steps]
+    assert [s.tool_name for s in trajectory.steps if s.kind.value == "tool"] == [
+        "transfer_to_researcher",
+        "lookup_weather",
+        "transfer_to_writer",
+    ]
+    assert trajectory.task.input == QUESTION
+    assert trajectory.root_span_id == format(root.context.span_id, "016x")
+
+
+def _consult_team(llm: ScriptedLLM):
+    model = _model(llm)
+    analyst = agents.Agent(name="analyst", instructions="Analyse.", model=model)
+    reviewer = agents.Agent(name="reviewer", instructions="Review.", model=model)
+    return agents.Agent(
+        name="planner",
+        instructions="Plan.",
+        model=model,
+        tools=[analyst.as_tool(tool_name="ask_analyst", tool_description="Ask the analyst.")],
+        handoffs=[reviewer],
+    )
+
+
+CONSULT_SCRIPT = [
+    Reply(tool_calls=[{"id": "call_a", "name": "ask_analyst", "arguments": {"input": "Is 97 prime?"}}]),
+    "97 is prime.",
+    Reply(tool_calls=[{"id": "call_r", "name": "transfer_to_reviewer", "arguments": {}}]),
+    "Confirmed: 97 is prime.",
+]
+
+
+class _EventLog(agents.RunHooks):
+    """The app's own run hooks: they must see exactly what they see without otel-blame."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    async def on_agent_start(self, context, agent) -> None:
+        self.events.append(("agent_start", agent.name))
+
+    async def on_llm_end(self, context, agent, response) -> None:
+        self.events.append(("llm_end", agent.name))
+
+    async def on_tool_end(self, context, agent, tool, result) -> None:
+        self.events.append(("tool_end", f"{tool.name}={result}"))
+
+    async def on_handoff(self, context, from_agent, to_agent) -> None:
+        self.events.append(("handoff", f"{from_agent.name}->{to_agent.name}"))
+
+    async def on_agent_end(self, context, agent, output) -> None:
+        self.events.append(("agent_end", f"{agent.name}={output}"))
+
+
+def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(spans):
+    from otel_blame.instrument import OtelBlameInstrumentor
+
+    with ScriptedLLM(CONSULT_SCRIPT) as llm:
+        plain = _EventLog()
+        plain_result = agents.Runner.run_sync(_consult_team(llm), "Check 97.", hooks=plain)
+    assert plain_result.final_output == "Confirmed: 97 is prime."
+    assert spans.all() == []
+
+    instrumentor = OtelBlameInstrumentor()
+    instrumentor.instrument()
+    try:
+        with ScriptedLLM(CONSULT_SCRIPT) as llm:
+            hooked = _EventLog()
+
+            async def main():
+                async with task("primality", input="Check 97."):
+                    return await agents.Runner.run(_consult_team(llm), "Check 97.", hooks=hooked)
+
+            result = asyncio.run(main())
+    finally:
+        instrumentor.uninstrument()
+    assert result.final_output == plain_result.final_output
+    assert hooked.events == plain.events
+    assert ("handoff", "planner->reviewer") in hooked.events
+    assert _summary(spans.steps()) == [
+        ("user", "message", "invoke_agent user", "Check 97."),
+        ("planner", "message", "invoke_agent planner", ""),
+        (
+            "analyst",
+            "message",
+            "invoke_agent analyst",
+            "97 is prime.",
+        ),  # the nested run's question is not repeated
+        ("planner", "tool", "execute_tool ask_analyst", "97 is prime."),
+        ("planner", "message", "invoke_agent planner", ""),
+        ("planner", "tool", "execute_tool transfer_to_reviewer", "handoff to reviewer"),
+        ("reviewer", "message", "invoke_agent reviewer", "Confirmed: 97 is prime."),
+    ]
+    root = spans.root()
+    assert root.name == "invoke_workflow primality"
+    assert semconv.TASK_FINAL_OUTPUT not in root.attributes  # the app's task: the app sets its outcome
+    assert len(spans.all()) == 8
+    assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
+
+
+def test_a_streamed_run_has_its_own_root_that_ends_with_the_stream(instrumented):
+    spans = instrumented
+
+    async def main(llm):
+        streamed = agents.Runner.run_streamed(_handoff_team(llm), QUESTION)
+        events = [event async for event in streamed.stream_events()]
+        await asyncio.wait_for(streamed.run_loop_task, timeout=10)
+        return streamed, events
+
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+        streamed, events = asyncio.run(main(llm))
+    assert events and streamed.final_output == "Paris is sunny, 21 C."
+    assert _summary(spans.steps()) == HANDOFF_STEPS
+    root = spans.root()
+    assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "Paris is sunny, 21 C."
+    assert root.end_time >= max(s.end_time for s in spans.steps())
+    assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
+
+    spans.exporter.clear()
+
+    async def failing(llm):
+        agent = agents.Agent(name="fragile", instructions="Answer.", model=_model(llm, max_retries=0))
+        streamed = agents.Runner.run_streamed(agent, "hello")
+        with pytest.raises(Exception) as caught:
+            async for _ in streamed.stream_events():
+                pass
+        await asyncio.wait_for(asyncio.gather(streamed.run_loop_task, return_exceptions=True), timeout=10)
+        return caught.value
+
+    with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
+        error = asyncio.run(failing(llm))
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes[semconv.ERROR_TYPE] == type(error).__qualname__
+
+
+def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
+    from otel_blame.instrument import openai_agents
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in otel-blame")
+
+    monkeypatch.setattr(openai_agents, "_text_of", broken)
+    monkeypatch.setattr(openai_agents, "_handoff_tool_name", broken)
+    before = hook_error_count()
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+    assert result.final_output == "Paris is sunny, 21 C."
+    assert hook_error_count() > before
+    # what did not depend on the broken helpers is still recorded
+    summary = _summary(instrumented.steps())
+    assert summary[0] == ("user", "message", "invoke_agent user", QUESTION)
+    assert ("researcher", "tool", "execute_tool lookup_weather", "Paris: sunny, 21 C") in summary
+
+
+def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
+    spans = instrumented
+    with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
+        agent = agents.Agent(name="fragile", instructions="Answer.", model=_model(llm, max_retries=0))
+        with pytest.raises(Exception) as caught:
+            agents.Runner.run_sync(agent, "hello")
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes[semconv.TASK_OUTCOME] == "failure"
+    assert root.attributes[semconv.ERROR_TYPE] == type(caught.value).__qualname__
+    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user"]
+
+    spans.exporter.clear()
+    error = LookupError("the app's own hook failed")
+
+    class Failing(agents.RunHooks):
+        async def on_handoff(self, context, from_agent, to_agent) -> None:
+            raise error
+
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+        with pytest.raises(LookupError) as caught:
+            agents.Runner.run_sync(_handoff_team(llm), QUESTION, hooks=Failing())
+    assert caught.value is error
+    assert spans.root().attributes[semconv.TASK_OUTCOME_REASON] == "LookupError: the app's own hook failed"
+
+    with pytest.raises(TypeError, match="RunHooks"):
+        agents.Runner.run_sync(_handoff_team(llm), QUESTION, hooks=object())
+
+
+def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
+    from agents.run import AgentRunner
+
+    from otel_blame.instrument import OtelBlameInstrumentor
+
+    originals = {name: AgentRunner.__dict__[name] for name in ("run", "run_streamed")}
+    instrumentor = OtelBlameInstrumentor()
+    instrumentor.instrument()
+    assert "otel_blame_openai_agents" in instrumentor.instrumented_frameworks
+    assert all(AgentRunner.__dict__[name] is not o for name, o in originals.items())
+    instrumentor.uninstrument()
+    assert all(AgentRunner.__dict__[name] is o for name, o in originals.items())
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+        agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+    assert spans.all() == []
+
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "otel_blame_openai_agents")
+    instrumentor.instrument()
+    try:
+        assert "otel_blame_openai_agents" not in instrumentor.instrumented_frameworks
+        assert all(AgentRunner.__dict__[name] is o for name, o in originals.items())
+    finally:
+        instrumentor.uninstrument()
