@@ -3,7 +3,8 @@
 Registered under the ``opentelemetry_instrumentor`` entry point as ``otel_blame``, so
 ``opentelemetry-instrument python app.py`` picks it up. ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``
 may name ``otel_blame`` (everything) or single parts: ``otel_blame_autogen``, ``otel_blame_ag2``,
-``otel_blame_openai_agents``, ``otel_blame_executor`` (context propagation into ``run_in_executor``).
+``otel_blame_langgraph``, ``otel_blame_openai_agents``, ``otel_blame_executor`` (context propagation
+into ``run_in_executor``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ FRAMEWORKS: dict[str, tuple[str, str]] = {
     "otel_blame_autogen": ("autogen", "otel_blame.instrument.autogen_classic"),
     "otel_blame_ag2": ("ag2", "otel_blame.instrument.ag2_middleware"),
     "otel_blame_openai_agents": ("agents", "otel_blame.instrument.openai_agents"),
+    "otel_blame_langgraph": ("langgraph", "otel_blame.instrument.langgraph"),
 }
 EXECUTOR_PART = "otel_blame_executor"
 
