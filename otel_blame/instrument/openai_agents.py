@@ -22,6 +22,7 @@ import inspect
 import threading
 import time
 import types
+import weakref
 from typing import Any
 
 from otel_blame import semconv
@@ -32,7 +33,10 @@ from otel_blame.trajectory import StepKind
 
 SOURCE = "openai_agents"
 _WRAPPED = "__otel_blame_wrapped__"
-_patches: list[tuple[type, str, Any]] = []
+_patches: list[tuple[Any, str, Any]] = []
+_FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
+# a function tool's context -> the type of the exception the SDK turned into the tool's result
+_failed_tools: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 # the task whose run encloses the running code (None: no run yet, this is the outermost)
 _enclosing_run: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
     "otel_blame_openai_agents_enclosing_run", default=None
@@ -54,6 +58,47 @@ def instrument() -> None:
         setattr(wrapper, _WRAPPED, True)
         setattr(AgentRunner, name, wrapper)
         _patches.append((AgentRunner, name, original))
+    _hook_tool_failures()
+
+
+def _hook_tool_failures() -> None:
+    """A function tool that raises answers the model with an error text (by default a fixed one);
+    the SDK's formatter is the one place that still sees the exception, so a tool step can be an
+    error step. Optional: without it tool steps are recorded, just never as errors."""
+    import importlib
+
+    for module_name in ("agents.tool", "agents.run_internal.tool_execution"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        original = getattr(module, _FAILURE_FORMATTER, None)
+        if not inspect.iscoroutinefunction(original) or getattr(original, _WRAPPED, False):
+            continue
+        wrapper = _wrap_failure_formatter(original)
+        setattr(wrapper, _WRAPPED, True)
+        setattr(module, _FAILURE_FORMATTER, wrapper)
+        _patches.append((module, _FAILURE_FORMATTER, original))
+
+
+def _wrap_failure_formatter(original: Any) -> Any:
+    @functools.wraps(original)
+    async def formatter(*args: Any, **kwargs: Any) -> Any:
+        result = await original(*args, **kwargs)
+        if result is not None:
+            _note_tool_failure(kwargs.get("context"), kwargs.get("error"))
+        return result
+
+    return formatter
+
+
+@guarded("openai_agents.tool_failure")
+def _note_tool_failure(context: Any, error: Any) -> None:
+    if context is not None and isinstance(error, BaseException):
+        try:
+            _failed_tools[context] = type(error).__qualname__
+        except TypeError:  # a context that cannot be weakly referenced: no error mark
+            pass
 
 
 def uninstrument() -> None:
@@ -282,6 +327,10 @@ class _StepRecorder:
     def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any, *args: Any, **_: Any) -> None:
         with self._lock:
             started = self._tool_started.pop(_tool_key(context, tool), None)
+        try:
+            error_type = _failed_tools.pop(context, None)
+        except TypeError:
+            error_type = None
         record_message(
             _name_of(agent),
             result,
@@ -289,7 +338,9 @@ class _StepRecorder:
             kind=StepKind.TOOL,
             tool_name=getattr(tool, "name", None) or getattr(context, "tool_name", None) or "tool",
             tool_call_id=getattr(context, "tool_call_id", None),
+            is_error=error_type is not None,
             start_time_ns=started,
+            attributes={semconv.ERROR_TYPE: error_type} if error_type else None,
             source=SOURCE,
             task=self.run,
         )

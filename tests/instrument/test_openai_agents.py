@@ -266,6 +266,25 @@ def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
     assert ("researcher", "tool", "execute_tool lookup_weather", "Paris: sunny, 21 C") in summary
 
 
+def test_a_failing_tool_is_an_error_step(instrumented):
+    @agents.function_tool
+    def lookup(city: str) -> str:
+        """Look something up."""
+        raise ValueError("index offline")
+
+    script = [Reply(tool_calls=[{"id": "c1", "name": "lookup", "arguments": {"city": "Paris"}}]), "No data."]
+    with ScriptedLLM(script) as llm:
+        agent = agents.Agent(name="searcher", instructions="Search.", model=_model(llm), tools=[lookup])
+        result = agents.Runner.run_sync(agent, "find it")
+    assert result.final_output == "No data."
+    steps = instrumented.steps()
+    assert [s.attributes[semconv.STEP_KIND] for s in steps] == ["message", "message", "tool", "message"]
+    assert [s.status.status_code is StatusCode.ERROR for s in steps] == [False, False, True, False]
+    assert steps[2].attributes[semconv.ERROR_TYPE] == "ValueError"
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(instrumented.all()))
+    assert [s.is_error for s in trajectory.steps] == [False, False, True, False]
+
+
 def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
     spans = instrumented
     with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
@@ -296,17 +315,22 @@ def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
 
 
 def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
+    from agents import tool
     from agents.run import AgentRunner
+    from agents.run_internal import tool_execution
 
     from otel_blame.instrument import OtelBlameInstrumentor
 
-    originals = {name: AgentRunner.__dict__[name] for name in ("run", "run_streamed")}
+    formatter = "maybe_invoke_function_tool_failure_error_function"
+    patched = [(AgentRunner.__dict__, "run"), (AgentRunner.__dict__, "run_streamed")]
+    patched += [(vars(tool), formatter), (vars(tool_execution), formatter)]
+    originals = [owner[name] for owner, name in patched]
     instrumentor = OtelBlameInstrumentor()
     instrumentor.instrument()
     assert "otel_blame_openai_agents" in instrumentor.instrumented_frameworks
-    assert all(AgentRunner.__dict__[name] is not o for name, o in originals.items())
+    assert all(owner[name] is not o for (owner, name), o in zip(patched, originals, strict=True))
     instrumentor.uninstrument()
-    assert all(AgentRunner.__dict__[name] is o for name, o in originals.items())
+    assert all(owner[name] is o for (owner, name), o in zip(patched, originals, strict=True))
     with ScriptedLLM(HANDOFF_SCRIPT) as llm:
         agents.Runner.run_sync(_handoff_team(llm), QUESTION)
     assert spans.all() == []
@@ -315,6 +339,6 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
     instrumentor.instrument()
     try:
         assert "otel_blame_openai_agents" not in instrumentor.instrumented_frameworks
-        assert all(AgentRunner.__dict__[name] is o for name, o in originals.items())
+        assert all(owner[name] is o for (owner, name), o in zip(patched, originals, strict=True))
     finally:
         instrumentor.uninstrument()
