@@ -427,7 +427,9 @@ class _HandlerMixin:
                 self._recorded_ids.add(message_id)
             return True
 
-    def _record(self, message: Any, node_name: str, *, default_role: str = "assistant", started=None) -> None:
+    def _record(
+        self, message: Any, node_name: str, *, default_role: str = "assistant", started: int | None = None
+    ) -> None:
         message_type = getattr(message, "type", None)
         if message_type == "remove":
             return

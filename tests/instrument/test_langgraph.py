@@ -313,3 +313,43 @@ def test_the_apps_own_callbacks_keep_working(instrumented):
         ("echo", "echo"),
     ]
     assert [root.name for root in instrumented.roots()] == ["invoke_workflow echo_graph"] * 2
+
+
+def test_a_command_handoff_streamed_async_and_a_stream_stopped_early(instrumented):
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.types import Command
+
+    def supervisor(state):
+        return Command(update={"messages": [AIMessage("over to you", name="boss")]}, goto="worker")
+
+    async def worker(state):
+        return {"messages": [AIMessage("done")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("supervisor", supervisor)
+    graph.add_node("worker", worker)
+    graph.add_edge(START, "supervisor")
+    graph.add_edge("worker", END)
+    compiled = graph.compile(name="handoff")
+
+    async def main():
+        full = [chunk async for chunk in compiled.astream(_input())]
+        stream = compiled.astream(_input())
+        async for _ in stream:
+            break
+        await stream.aclose()
+        return full
+
+    assert [next(iter(chunk)) for chunk in asyncio.run(main())] == ["supervisor", "worker"]
+    traces = {}
+    for step in instrumented.steps():
+        traces.setdefault(step.context.trace_id, []).append(step)
+    runs = sorted(([(a, text) for a, _, text in _summary(steps)] for steps in traces.values()), key=len)
+    assert runs == [
+        [("user", QUESTION), ("boss", "over to you")],
+        [("user", QUESTION), ("boss", "over to you"), ("worker", "done")],
+    ]
+    roots = instrumented.roots()
+    assert len(roots) == 2
+    assert all(root.status.status_code is StatusCode.UNSET for root in roots)
