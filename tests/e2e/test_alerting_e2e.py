@@ -57,15 +57,6 @@ AGENTS = ("triage", "researcher", "writer", "reviewer")
 
 
 @pytest.fixture
-def group(tmp_path: Path) -> Iterator[ProcessGroup]:
-    processes = ProcessGroup(tmp_path / "logs")
-    try:
-        yield processes
-    finally:
-        processes.close()
-
-
-@pytest.fixture
 def webhook() -> Iterator[WebhookRecorder]:
     recorder = WebhookRecorder()
     try:

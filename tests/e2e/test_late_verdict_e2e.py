@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,15 +46,6 @@ pytestmark = [
 ]
 
 AGENTS = ("triage", "researcher", "writer")
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ProcessGroup]:
-    processes = ProcessGroup(tmp_path / "logs")
-    try:
-        yield processes
-    finally:
-        processes.close()
 
 
 def send_successful_run(service: str, endpoint: str) -> dict[str, set[str]]:

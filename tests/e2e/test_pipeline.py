@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,15 +47,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(_missing is not None, reason=str(_missing)),
 ]
-
-
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[ProcessGroup]:
-    processes = ProcessGroup(tmp_path / "logs")
-    try:
-        yield processes
-    finally:
-        processes.close()
 
 
 def app_provider(
