@@ -81,9 +81,18 @@ def _wrap_process_before_send(original: Any) -> Any:
 
 def _is_manager_relay(sender: Any, recipient: Any) -> bool:
     """A group chat manager passing a member's message on to the other members."""
+    # runs for every send (three of four in a four-member group chat are relays): plain loops,
+    # no generator, no attribute lookups on None
     groupchat = getattr(sender, "_groupchat", None) or getattr(sender, "groupchat", None)
+    if groupchat is None:
+        return False
     agents = getattr(groupchat, "agents", None)
-    return bool(agents) and any(agent is recipient for agent in agents)
+    if not agents:
+        return False
+    for agent in agents:
+        if agent is recipient:
+            return True
+    return False
 
 
 def _content_text(content: Any) -> Any:

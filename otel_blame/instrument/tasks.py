@@ -37,6 +37,8 @@ _CURRENT_TASK: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
 )
 # one encoder for all: json.dumps with non-default options builds a new encoder per call
 _encode_json = json.JSONEncoder(ensure_ascii=False).encode
+# the string encoder that encoder uses; the text-only fast path below joins its pieces by hand
+_encode_string = json.encoder.encode_basestring
 _MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
@@ -108,9 +110,10 @@ class TaskRun:
 
     def parent_context(self) -> otel_context.Context:
         """The current context when it is inside this task's trace, else the task root."""
-        current = trace.get_current_span().get_span_context()
-        if current.is_valid and current.trace_id == self._span_context.trace_id:
-            return otel_context.get_current()
+        current = otel_context.get_current()  # read once: the span lookup below reuses it
+        span_context = trace.get_current_span(current).get_span_context()
+        if span_context.is_valid and span_context.trace_id == self._span_context.trace_id:
+            return current
         return self._root_context
 
     def prepare(self, value: Any) -> PreparedContent:
@@ -268,6 +271,8 @@ def _output_messages(
     settings: CaptureSettings,
 ) -> tuple[str, bool, bool]:
     """The ``gen_ai.output.messages`` JSON (role, parts) and whether anything was cut or masked."""
+    if not tool_calls:
+        return _plain_output_messages(role, text, tool_call_id, name), False, False
     parts: list[dict[str, Any]] = []
     truncated = redacted = False
     if text is not None:
@@ -288,6 +293,21 @@ def _output_messages(
         parts.append(part)
     message = {"role": role, "parts": parts, "name": name}
     return _encode_json([message]), truncated, redacted
+
+
+def _plain_output_messages(role: str, text: str | None, tool_call_id: str | None, name: str) -> str:
+    """What ``_encode_json`` makes of a message without tool calls (same separators, same string
+    escaping), built without the general encoder's per-call set-up: this runs on every message."""
+    if text is None:
+        part = ""
+    elif role == "tool" and tool_call_id:
+        part = (
+            f'{{"type": "tool_call_response", "id": {_encode_string(tool_call_id)}, '
+            f'"response": {_encode_string(text)}}}'
+        )
+    else:
+        part = f'{{"type": "text", "content": {_encode_string(text)}}}'
+    return f'[{{"role": {_encode_string(role)}, "parts": [{part}], "name": {_encode_string(name)}}}]'
 
 
 def record_message(
