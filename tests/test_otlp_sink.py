@@ -3,7 +3,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
-from otel_blame.otlp_sink import RecordingOTLPSink
+from tests.support import RecordingOTLPSink
 
 
 def _provider(endpoint: str) -> tuple[TracerProvider, OTLPSpanExporter]:

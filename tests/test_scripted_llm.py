@@ -1,7 +1,7 @@
 import openai
 import pytest
 
-from otel_blame.scripted_llm import Reply, ScriptedLLM
+from tests.support import Reply, ScriptedLLM
 
 
 def test_replies_in_order_through_the_real_client():

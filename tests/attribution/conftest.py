@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from otel_blame.attribution.llm_client import LLMSettings
-from otel_blame.scripted_llm import ScriptedLLM
 from otel_blame.trajectory import Outcome, StepKind, Task, Trajectory
+from tests.support import ScriptedLLM
 
 
 def make_trajectory(steps: list[tuple[str, str] | tuple[str, str, StepKind]], **task: str) -> Trajectory:

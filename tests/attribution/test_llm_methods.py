@@ -13,7 +13,7 @@ from otel_blame.attribution.base import AttributionError
 from otel_blame.attribution.llm_client import LLMSettings
 from otel_blame.attribution.llm_methods import max_calls
 from otel_blame.attribution.registry import create_method
-from otel_blame.scripted_llm import Reply
+from tests.support import Reply
 
 from .conftest import make_trajectory
 

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_blame.alerting.metrics import ATTRIBUTIONS_TOTAL
 from otel_blame.instrument import configure, record_message, reset_configuration, set_outcome, task
-from otel_blame.otlp_sink import RecordingOTLPSink
+from tests.support import RecordingOTLPSink
 
 from .harness import (
     ALERTMANAGER_BIN,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_blame.scripted_llm import ScriptedLLM
+from tests.support import ScriptedLLM
 
 # The LLM is asked by coder, reviewer and planner (executor and manager have no LLM).
 SCRIPT = [

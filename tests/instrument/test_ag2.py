@@ -10,7 +10,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
 from otel_blame.instrument import task
-from otel_blame.scripted_llm import Reply, ScriptedLLM
+from tests.support import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

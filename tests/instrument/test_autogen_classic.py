@@ -12,9 +12,8 @@ from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, set_outcome, task
-from otel_blame.otlp_sink import RecordingOTLPSink
-from otel_blame.scripted_llm import ScriptedLLM
 from otel_blame.spans_to_trajectory import trajectory_from_spans
+from tests.support import RecordingOTLPSink, ScriptedLLM
 
 from .autogen_fixtures import QUESTION, SCRIPT, build_group_chat, llm_config
 
@@ -148,7 +147,7 @@ def test_run_in_a_background_thread_joins_the_callers_task(instrumented):
 def test_tool_calls_and_results_are_steps(instrumented):
     from autogen import ConversableAgent, register_function
 
-    from otel_blame.scripted_llm import Reply
+    from tests.support import Reply
 
     spans = instrumented
     script = [Reply(tool_calls=[{"id": "call_1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]), "42"]

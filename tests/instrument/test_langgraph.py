@@ -11,7 +11,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrument import task
 from otel_blame.instrument.safety import HOOK_ERRORS
-from otel_blame.scripted_llm import Reply, ScriptedLLM
+from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("langgraph")
 

@@ -12,8 +12,8 @@ from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, task
-from otel_blame.scripted_llm import Reply, ScriptedLLM
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.support import Reply, ScriptedLLM
 
 agents = pytest.importorskip("agents")
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

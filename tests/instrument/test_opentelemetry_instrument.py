@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_blame import semconv
-from otel_blame.otlp_sink import RecordingOTLPSink
-from otel_blame.scripted_llm import ScriptedLLM
+from tests.support import RecordingOTLPSink, ScriptedLLM
 
 APP = Path(__file__).parent / "apps" / "group_chat_app.py"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from otel_blame.otlp_sink import RecordingOTLPSink
 from otel_blame.processor import BlameProcessor, load_config
+from tests.support import RecordingOTLPSink
 
 
 @pytest.fixture

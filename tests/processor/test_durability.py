@@ -17,7 +17,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otel_blame.otlp_sink import RecordingOTLPSink
+from tests.support import RecordingOTLPSink
 
 from .spans import record_agent_run
 
