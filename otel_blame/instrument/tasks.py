@@ -416,6 +416,8 @@ def _record_message(
             attributes[semconv.CONTENT_REDACTED] = True
     for key, value in (extra or {}).items():
         if isinstance(key, str) and isinstance(value, str | bool | int | float):
+            if isinstance(value, str) and settings.redactor is not None:
+                value = settings.redactor(value)  # extra attributes are content too: no secret leaves
             attributes.setdefault(key, value)
     if run is not None:
         attributes[semconv.GEN_AI_CONVERSATION_ID] = run.conversation_id
