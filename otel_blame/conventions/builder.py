@@ -213,17 +213,20 @@ def trajectories_from_spans(
     return out
 
 
-def _no_steps_reason(graph: TraceGraph) -> str:
-    kinds = Counter(view.kind for view in graph.views if view.kind is not None)
-    if not kinds:
-        names = sorted({view.span.name for view in graph.views})[:3]
-        return (
-            f"has no agent steps: none of its {len(graph.views)} spans ({', '.join(names)}"
-            f"{', ...' if len(graph.views) > 3 else ''}) is an agent, tool, code or LLM span of a known "
-            "convention (GenAI, OpenInference, OpenLLMetry, AG2, Logfire, otel-blame)"
-        )
-    seen = ", ".join(f"{count} {kind.value}" for kind, count in sorted(kinds.items()))
-    return f"has no agent steps: its spans are {seen}, and only the root is an LLM call"
+def _no_steps_reason(graph: TraceGraph, root: SpanView | None) -> str:
+    kinds = Counter(view.kind.value for view in graph.views if view.kind is not None)
+    unknown = sorted({view.span.name for view in graph.views if view.kind is None})
+    seen = [f"{count} {kind}" for kind, count in sorted(kinds.items())]
+    if unknown:
+        shown = ", ".join(unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        seen.append(f"{len(unknown)} of no known convention ({shown})")
+    only_root = root is not None and root.kind in (Kind.LLM, Kind.TOOL, Kind.CODE) and len(kinds) == 1
+    return (
+        f"has no agent steps: of its {len(graph.views)} spans ({'; '.join(seen)}) none is an agent, tool, "
+        "code or LLM span below the root"
+        + (" (a lone LLM call is not a multi-agent run)" if only_root else "")
+        + "; conventions read: GenAI, OpenInference, OpenLLMetry, AG2, Logfire, otel-blame"
+    )
 
 
 def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord]]) -> Built:
@@ -280,7 +283,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
         step_views = kept
 
     if not step_views:
-        raise NoTrajectory(_no_steps_reason(graph), trace_id=trace_id.hex(), service=service)
+        raise NoTrajectory(_no_steps_reason(graph, root), trace_id=trace_id.hex(), service=service)
 
     if all(isinstance(v.attributes.get(sc.STEP_INDEX), int) for v, _, _ in step_views):
         step_views.sort(

@@ -70,3 +70,32 @@ def test_no_agent_anywhere_falls_back_to_the_service_name_and_says_so(openai_v2)
     built = capture.built()
     assert [s.agent for s in built.trajectory.steps] == [SERVICE] * 3
     assert built.notes.agent_from_service == 3 and built.notes.service == SERVICE
+
+
+def test_logfire_openai_spans_agents_from_system_prompts_and_blame(capture, sink, make_processor) -> None:  # noqa: ANN001
+    logfire = pytest.importorskip("logfire")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name=SERVICE,
+        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
+    )
+    with logfire.instrument_openai(), ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
+        apps.plain_app(llm.base_url, capture.provider.get_tracer("app"))
+    logfire.force_flush()
+    spans = capture.spans()
+    assert {s.instrumentation_scope.name for s in spans} >= {"logfire.openai", "app"}
+    built = capture.built()
+    trajectory = built.trajectory
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("Planner", apps.PLAN),
+        ("Researcher", apps.FABRICATED),
+        ("Writer", apps.ANSWER),
+    ]
+    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
+    culprit = blame_through_processor(make_processor(), sink, spans)
+    assert culprit["attributes"][sc.BLAME_AGENT] == "Researcher"
+    assert culprit["span_id"] == trajectory.steps[1].span_id
+    assert culprit["name"].startswith("Chat Completion with")
