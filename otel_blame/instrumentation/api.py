@@ -174,6 +174,8 @@ def _step(
             attributes[semconv.CONTENT_REDACTED] = True
     for key, value in (extra or {}).items():
         if isinstance(key, str) and isinstance(value, str | bool | int | float):
+            if isinstance(value, str) and settings.redactor is not None:
+                value = settings.redactor(value)  # extra attributes are content too: no secret leaves
             attributes.setdefault(key, value)
     if run is not None:
         attributes[semconv.GEN_AI_CONVERSATION_ID] = run.conversation_id
@@ -228,8 +230,11 @@ class AgentTurn:
             initial[semconv.GEN_AI_CONVERSATION_ID] = self.run.conversation_id
         if source:
             initial[semconv.INSTRUMENTATION_SOURCE] = source
+        redactor = self.run.settings.redactor if self.run is not None else current_settings().redactor
         for key, value in (attributes or {}).items():
             if isinstance(key, str) and isinstance(value, str | bool | int | float):
+                if isinstance(value, str) and redactor is not None:
+                    value = redactor(value)  # extra attributes are content too: no secret leaves
                 initial.setdefault(key, value)
         try:
             self.span: Span = tracer().start_span(
