@@ -4,6 +4,7 @@ instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and ``langgraph
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from otel_blame import semconv as sc
@@ -16,6 +17,10 @@ _KINDS: dict[str, Vote] = {
     sc.OPENINFERENCE_KIND_TOOL: (Rank.TOOL, Kind.TOOL),
     sc.OPENINFERENCE_KIND_LLM: (Rank.LLM, Kind.LLM),
 }
+# AGENT spans named after the method that runs the agent: smolagents' "researcher.run", CrewAI's
+# "Researcher._execute_core"; the part before the method is the agent's name unless it is a class
+_AGENT_METHOD = re.compile(r"^(?P<agent>[^.()]+)\.(?:run|_execute_core|execute_task|kickoff|invoke)$")
+_CLASS_NAME = re.compile(r"^[A-Z]\w*(?:Agent|Crew)$")
 _INPUT_MESSAGE = "llm.input_messages."
 _OUTPUT_MESSAGE = "llm.output_messages."
 
@@ -42,6 +47,14 @@ class OpenInference(Convention):
 
     def agent_name(self, view: SpanView) -> str | None:
         return text(view.attributes.get(sc.OPENINFERENCE_AGENT_NAME)) or None
+
+    def agent_span_name(self, view: SpanView) -> str | None:
+        if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
+            return None
+        match = _AGENT_METHOD.match(view.span.name.strip())
+        if match and not _CLASS_NAME.match(match.group("agent")):
+            return match.group("agent").strip()
+        return None
 
     def agent_hint(self, view: SpanView) -> str | None:
         node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID))

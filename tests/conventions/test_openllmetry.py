@@ -1,0 +1,56 @@
+"""OpenLLMetry (Traceloop's instrumentation packages) alone on a real LangGraph run: the graph is
+one workflow-wide agent span, each node a task span, each model call a GenAI chat span. The steps
+are the model calls, named by the LangGraph node OpenLLMetry copies into association properties."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_blame import semconv as sc
+from otel_blame.trajectory import Outcome
+from tests.support import ScriptedLLM
+
+from . import apps
+from .conftest import blame_through_processor
+
+pytest.importorskip("opentelemetry.instrumentation.langchain")
+
+
+@pytest.fixture
+def openllmetry(capture, monkeypatch):  # noqa: ANN001, ANN201
+    """OpenLLMetry's LangChain and OpenAI instrumentations, both on, as traceloop-sdk switches them."""
+    from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+    instrumentors = [LangchainInstrumentor(), OpenAIInstrumentor()]
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=capture.provider)
+    yield capture
+    for instrumentor in instrumentors:
+        instrumentor.uninstrument()
+
+
+def test_langgraph_under_openllmetry_names_the_nodes_and_blames_the_researcher(
+    openllmetry,
+    sink,
+    make_processor,  # noqa: ANN001
+) -> None:
+    with ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
+        apps.langchain_langgraph_app(llm.base_url).invoke(apps.langgraph_input())
+    spans = openllmetry.spans()
+    kinds = {s.attributes.get(sc.TRACELOOP_SPAN_KIND) for s in spans}
+    assert {"workflow", "task"} <= kinds  # OpenLLMetry's own dialect is really there
+    built = openllmetry.built()
+    trajectory = built.trajectory
+    # not one step for the workflow-wide "invoke_agent population_graph" span, nor that name
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("planner", apps.PLAN),
+        ("researcher", apps.FABRICATED),
+        ("writer", apps.ANSWER),
+    ]
+    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
+    culprit = blame_through_processor(make_processor(), sink, spans)
+    assert culprit["attributes"][sc.BLAME_AGENT] == "researcher"
+    assert culprit["span_id"] == trajectory.steps[1].span_id
+    assert culprit["name"] == "ChatOpenAI.chat"
