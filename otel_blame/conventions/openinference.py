@@ -99,7 +99,10 @@ class OpenInference(Convention):
         if any(texts):
             return "\n".join(found for found in texts if found), role
         if sc.OPENINFERENCE_OUTPUT_VALUE in attrs:
-            found, role = messages_text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])
+            value = maybe_json(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])
+            if isinstance(value, dict) and isinstance(value.get("raw"), str):  # CrewAI's TaskOutput
+                return value["raw"], "assistant"
+            found, role = messages_text(value)
             return (found or text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])), role
         return None
 

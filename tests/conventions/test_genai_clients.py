@@ -99,3 +99,29 @@ def test_logfire_openai_spans_agents_from_system_prompts_and_blame(capture, sink
     assert culprit["attributes"][sc.BLAME_AGENT] == "Researcher"
     assert culprit["span_id"] == trajectory.steps[1].span_id
     assert culprit["name"].startswith("Chat Completion with")
+
+
+def test_two_client_instrumentations_on_one_call_make_one_step(openai_v2, capture) -> None:  # noqa: ANN001
+    logfire = pytest.importorskip("logfire")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    openai_v2("SPAN_ONLY")
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name=SERVICE,
+        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
+    )
+    with logfire.instrument_openai(), ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
+        apps.plain_app(llm.base_url, capture.provider.get_tracer("app"))
+    logfire.force_flush()
+    spans = capture.spans()
+    assert (
+        sum(s.attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OP_CHAT for s in spans) == 6
+    )  # each call twice
+    trajectory = capture.built().trajectory
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("Planner", apps.PLAN),
+        ("Researcher", apps.FABRICATED),
+        ("Writer", apps.ANSWER),
+    ]
