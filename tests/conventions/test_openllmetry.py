@@ -16,6 +16,31 @@ from .conftest import blame_through_processor
 pytest.importorskip("opentelemetry.instrumentation.langchain")
 
 
+def _restore_what_uninstrument_leaves(monkeypatch: pytest.MonkeyPatch, packages: tuple[str, ...]) -> list:
+    """OpenLLMetry 0.62.4's uninstrument leaves ``Pregel.stream``/``astream`` and
+    ``BaseCallbackManager.__init__`` wrapped, which breaks later tests' LangGraph instrumentation:
+    note the original of every attribute its ``wrap_function_wrapper`` calls replace."""
+    import importlib
+    import sys
+
+    import wrapt
+
+    originals: list = []
+
+    def noting(module, name, wrapper):  # noqa: ANN001, ANN202
+        owner = importlib.import_module(module) if isinstance(module, str) else module
+        path = name.split(".")
+        for part in path[:-1]:
+            owner = getattr(owner, part)
+        originals.append((owner, path[-1], owner.__dict__.get(path[-1]) if isinstance(owner, type) else None))
+        return wrapt.wrap_function_wrapper(module, name, wrapper)
+
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith(packages) and getattr(module, "wrap_function_wrapper", None) is not None:
+            monkeypatch.setattr(module, "wrap_function_wrapper", noting)
+    return originals
+
+
 @pytest.fixture
 def openllmetry(capture, monkeypatch):  # noqa: ANN001, ANN201
     """OpenLLMetry's LangChain and OpenAI instrumentations, both on, as traceloop-sdk switches them."""
@@ -23,12 +48,18 @@ def openllmetry(capture, monkeypatch):  # noqa: ANN001, ANN201
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
+    originals = _restore_what_uninstrument_leaves(
+        monkeypatch, ("opentelemetry.instrumentation.langchain", "opentelemetry.instrumentation.openai")
+    )
     instrumentors = [LangchainInstrumentor(), OpenAIInstrumentor()]
     for instrumentor in instrumentors:
         instrumentor.instrument(tracer_provider=capture.provider)
     yield capture
     for instrumentor in instrumentors:
         instrumentor.uninstrument()
+    for owner, name, original in reversed(originals):
+        if original is not None and owner.__dict__.get(name) is not original:
+            setattr(owner, name, original)
 
 
 def test_langgraph_under_openllmetry_names_the_nodes_and_blames_the_researcher(
