@@ -1,402 +1,47 @@
-"""``AgentChatInstrumentor``: Microsoft AutoGen AgentChat (``autogen-agentchat`` 0.4+) as step spans.
+"""otel-blame for Microsoft AutoGen AgentChat (``autogen-agentchat`` 0.4+, module ``autogen_agentchat``).
 
-What is patched (through ``wrapt``, undone with ``unwrap``):
-
-- ``BaseGroupChat.run_stream`` (so ``run`` too: RoundRobinGroupChat, SelectorGroupChat, Swarm,
-  MagenticOne, GraphFlow) and ``BaseChatAgent.run`` / ``run_stream``: a run outside any task gets a
-  root ``invoke_workflow {team or agent name}``; the run's input messages are steps (their
-  ``source``, usually ``user``) of the outermost run only.
-- ``on_messages_stream`` of the built-in agents (AssistantAgent, CodeExecutorAgent, UserProxyAgent,
-  SocietyOfMindAgent, and BaseChatAgent's default): each call is one agent turn, an envelope
-  ``invoke_agent {agent}`` span open while the agent works (its model calls, made while the
-  generator runs, nest under it) that ends with the turn's final message (a handoff's
-  ``HandoffMessage`` included). A ``ToolCallRequestEvent`` the agent yields is a step of that agent
-  with its tool calls, under the turn.
-- ``BaseTool.run_json``: each tool execution (handoff tools included) is an envelope
-  ``execute_tool {tool}`` span under the turn; a tool that raises is an error step with
-  ``error.type`` (AgentChat answers the model with the error text, the app's run goes on).
-
-Turns outside any task are not recorded (an agent driven by hand with ``on_messages``: wrap it
-in ``otel_blame.instrument.task``).
+``AgentChatInstrumentor().instrument()`` (or ``opentelemetry-instrument``, entry point
+``otel_blame_agentchat``) makes every agent turn an ``invoke_agent {agent}`` envelope span (the
+turn's model calls and tool runs nest under it), every tool run (Swarm handoffs included) an
+``execute_tool {tool}`` span under the turn, and a team or agent run outside ``task()`` a root
+``invoke_workflow {name}``.
 """
 
 from __future__ import annotations
 
-import contextvars
-import logging
-from collections.abc import AsyncIterator, Collection
-from typing import Any
+from otel_blame.instrumentation._base import FrameworkInstrumentor
 
-import wrapt
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import unwrap
-
-from otel_blame import semconv
-from otel_blame.instrument.content import to_text
-from otel_blame.instrument.safety import HOOK_ERRORS
-from otel_blame.instrument.settings import configure
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
-from otel_blame.instrumentation.agentchat._envelope import EnvelopeStep
-
-logger = logging.getLogger(__name__)
-
-SOURCE = "agentchat"
-SUPPORTED = ("autogen-agentchat >= 0.4, < 0.8",)
-
-# (module, class) whose ``on_messages_stream`` is one agent turn
-_AGENT_CLASSES = (
-    ("autogen_agentchat.agents", "BaseChatAgent"),
-    ("autogen_agentchat.agents", "AssistantAgent"),
-    ("autogen_agentchat.agents", "CodeExecutorAgent"),
-    ("autogen_agentchat.agents", "UserProxyAgent"),
-    ("autogen_agentchat.agents", "SocietyOfMindAgent"),
-)
-# the task whose run encloses the running code (None: this run is the outermost)
-_enclosing_run: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
-    "otel_blame_agentchat_enclosing_run", default=None
-)
-# the agent turn the running code belongs to
-_current_turn: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar(
-    "otel_blame_agentchat_turn", default=None
+_AGENTS = "autogen_agentchat.agents"
+# classes whose ``on_messages_stream`` is one agent turn (BaseChatAgent's default covers agents of
+# the app's own that implement only ``on_messages``)
+TURN_CLASSES = (
+    "BaseChatAgent",
+    "AssistantAgent",
+    "CodeExecutorAgent",
+    "UserProxyAgent",
+    "SocietyOfMindAgent",
 )
 
 
-class AgentChatInstrumentor(BaseInstrumentor):
-    """Each AgentChat agent turn an ``invoke_agent`` envelope, each tool an ``execute_tool`` step."""
+class AgentChatInstrumentor(FrameworkInstrumentor):
+    """Wraps team and agent runs, agent turns (``on_messages_stream``) and ``BaseTool.run_json``."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return SUPPORTED
+    name = "otel_blame_agentchat"
+    instruments = ("autogen-agentchat >= 0.4, < 0.8",)
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if kwargs.get("tracer_provider") is not None:
-            configure(tracer_provider=kwargs["tracer_provider"])
-        self._patched: list[tuple[Any, str]] = []
-        from autogen_agentchat.agents import BaseChatAgent
-        from autogen_agentchat.teams import BaseGroupChat
-        from autogen_core.tools import BaseTool
+    def _patch(self) -> None:
+        import autogen_agentchat.agents as agents
 
-        self._wrap(BaseGroupChat, "run_stream", _wrap_team_run_stream)
-        self._wrap(BaseChatAgent, "run", _wrap_agent_run)
-        self._wrap(BaseChatAgent, "run_stream", _wrap_agent_run_stream)
-        for module_name, class_name in _AGENT_CLASSES:
-            module = __import__(module_name, fromlist=[class_name])
-            owner = getattr(module, class_name, None)
+        from otel_blame.instrumentation.agentchat import _hooks
+
+        self._wrap("autogen_agentchat.teams", "BaseGroupChat.run_stream", _hooks.team_run_stream)
+        self._wrap(_AGENTS, "BaseChatAgent.run", _hooks.agent_run)
+        self._wrap(_AGENTS, "BaseChatAgent.run_stream", _hooks.agent_run_stream)
+        for class_name in TURN_CLASSES:
+            owner = getattr(agents, class_name, None)
             if owner is not None and "on_messages_stream" in vars(owner):
-                self._wrap(owner, "on_messages_stream", _wrap_turn)
-        self._wrap(BaseTool, "run_json", _wrap_tool_run)
-
-    def _wrap(self, owner: type, name: str, wrapper: Any) -> None:
-        wrapt.wrap_function_wrapper(owner, name, wrapper)
-        self._patched.append((owner, name))
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        for owner, name in reversed(getattr(self, "_patched", [])):
-            unwrap(owner, name)
-        self._patched = []
+                self._wrap(_AGENTS, f"{class_name}.on_messages_stream", _hooks.turn)
+        self._wrap("autogen_core.tools", "BaseTool.run_json", _hooks.tool_run)
 
 
-# -- runs: a root when no task is open, the input messages as steps ----------------------------
-
-
-def _task_messages(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [("user", value)]
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [value]
-
-
-def _record_input(run: TaskRun, value: Any) -> None:
-    """The run's input messages as steps, for the outermost run of the task only."""
-    if _enclosing_run.get() is run:
-        return
-    for message in _task_messages(value):
-        try:
-            if isinstance(message, tuple):
-                source, text = message
-            else:
-                source, text = getattr(message, "source", "user"), _message_text(message)
-            record_message(source, text, "user", source=SOURCE, task=run)
-        except Exception:
-            HOOK_ERRORS.record("agentchat.input")
-
-
-def _input_text(value: Any) -> str | None:
-    texts = [m[1] if isinstance(m, tuple) else _message_text(m) for m in _task_messages(value)]
-    return "\n".join(t for t in texts if t) or None
-
-
-def _open_root(name: Any, value: Any) -> task | None:
-    try:
-        return task(name, input=_input_text(value), attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE})
-    except Exception:
-        HOOK_ERRORS.record("agentchat.root")
-        return None
-
-
-def _note_result(run: TaskRun | None, root: task | None, result: Any) -> None:
-    """A root we opened carries the run's last message as the final output."""
-    if run is None or root is None:
-        return
-    try:
-        messages = getattr(result, "messages", None) or []
-        last = next((m for m in reversed(messages) if _is_chat_message(m)), None)
-        if last is not None and run.settings.capture_content:
-            run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(_message_text(last)).text)
-        reason = getattr(result, "stop_reason", None)
-        if reason:
-            run.span.set_attribute("otel_blame.agentchat.stop_reason", to_text(reason))
-    except Exception:
-        HOOK_ERRORS.record("agentchat.result")
-
-
-async def _run_stream_in_root(name: Any, wrapped: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
-    """Iterate a team's or agent's ``run_stream`` inside a task: the current one, else a root."""
-    value = kwargs.get("task")
-    root = _open_root(name, value) if current_task() is None else None
-    run = root.__enter__() if root is not None else current_task()
-    if run is None:  # no task, and none could be opened: the app's run, untouched
-        async for item in wrapped(*args, **kwargs):
-            yield item
-        return
-    error: BaseException | None = None
-    _record_input(run, value)
-    token = _enclosing_run.set(run)
-    try:
-        async for item in wrapped(*args, **kwargs):
-            if type(item).__name__ == "TaskResult":
-                _note_result(run, root, item)
-            yield item
-    except BaseException as caught:
-        error = caught
-        raise
-    finally:
-        _reset(token)
-        if root is not None:
-            root.__exit__(type(error) if error else None, error, None)
-
-
-def _reset(token: contextvars.Token) -> None:
-    try:
-        _enclosing_run.reset(token)
-    except ValueError:
-        pass  # reset in another context than set (a generator closed elsewhere)
-
-
-def _wrap_team_run_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    return _run_stream_in_root(
-        getattr(instance, "name", None) or type(instance).__name__, wrapped, args, kwargs
-    )
-
-
-def _wrap_agent_run_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    return _run_stream_in_root(getattr(instance, "name", None), wrapped, args, kwargs)
-
-
-async def _wrap_agent_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    value = kwargs.get("task")
-    root = _open_root(getattr(instance, "name", None), value) if current_task() is None else None
-    run = root.__enter__() if root is not None else current_task()
-    if run is None:
-        return await wrapped(*args, **kwargs)
-    error: BaseException | None = None
-    _record_input(run, value)
-    token = _enclosing_run.set(run)
-    try:
-        result = await wrapped(*args, **kwargs)
-        _note_result(run, root, result)
-        return result
-    except BaseException as caught:
-        error = caught
-        raise
-    finally:
-        _reset(token)
-        if root is not None:
-            root.__exit__(type(error) if error else None, error, None)
-
-
-# -- agent turns -----------------------------------------------------------------------------------
-
-
-class _Turn:
-    """One agent turn: its envelope step and the tool calls already recorded under it."""
-
-    def __init__(self, agent: Any, step: EnvelopeStep) -> None:
-        self.agent = agent
-        self.step = step
-        self.tool_call_ids: set[str] = set()
-
-
-def _wrap_turn(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    run = current_task()
-    outer = _current_turn.get()
-    if run is None or (outer is not None and outer.agent is instance):
-        return wrapped(*args, **kwargs)  # outside a task, or a subclass calling super(): one turn
-    try:
-        step = EnvelopeStep(
-            run,
-            getattr(instance, "name", None) or type(instance).__name__,
-            source=SOURCE,
-            attributes=_agent_attributes(instance),
-        )
-    except Exception:
-        HOOK_ERRORS.record("agentchat.turn")
-        return wrapped(*args, **kwargs)
-    return _turn_stream(_Turn(instance, step), wrapped(*args, **kwargs))
-
-
-def _agent_attributes(agent: Any) -> dict[str, Any]:
-    description = getattr(agent, "description", None)
-    return {semconv.GEN_AI_AGENT_DESCRIPTION: description} if isinstance(description, str) else {}
-
-
-async def _turn_stream(turn: _Turn, stream: Any) -> AsyncIterator[Any]:
-    """The agent's stream, each step of it run with the turn current (so what the agent does
-    nests under the turn) and the consumer's context left alone between items."""
-    step = turn.step
-    final: Any = None
-    try:
-        while True:
-            token = step.attach()
-            turn_token = _current_turn.set(turn)
-            try:
-                item = await stream.__anext__()
-                _observe(turn, item)
-            except StopAsyncIteration:
-                break
-            finally:
-                _current_turn.reset(turn_token)
-                step.detach(token)
-            if type(item).__name__ == "Response":
-                # the last item by contract; a caller such as ``on_messages`` stops iterating here
-                final = item
-                _finish_turn(step, final, None)
-            yield item
-    except BaseException as error:
-        _finish_turn(step, final, None if isinstance(error, GeneratorExit) else error)
-        raise
-    finally:
-        await _close(stream)
-    _finish_turn(step, final, None)
-
-
-def _finish_turn(step: EnvelopeStep, final: Any, error: BaseException | None) -> None:
-    """End the turn with its final message (or the error that ended it); never raises."""
-    try:
-        text = _response_text(final) if final is not None else None
-        attributes = _response_attributes(final)
-    except Exception:
-        HOOK_ERRORS.record("agentchat.turn_end")
-        text, attributes = None, {}
-    step.finish(text, error=error, attributes=attributes)
-
-
-async def _close(stream: Any) -> None:
-    try:
-        await stream.aclose()
-    except Exception:
-        pass
-
-
-def _observe(turn: _Turn, item: Any) -> None:
-    """Record what a turn yields that is a message of its own: the model's tool-call requests, and
-    tool results no ``run_json`` envelope saw (a workbench that does not go through ``BaseTool``)."""
-    try:
-        kind = type(item).__name__
-        if kind == "ToolCallRequestEvent":
-            calls = [
-                {"id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
-                for c in getattr(item, "content", None) or ()
-            ]
-            record_message(
-                getattr(item, "source", None) or turn.step.agent,
-                None,
-                "assistant",
-                tool_calls=calls,
-                source=SOURCE,
-                task=turn.step.run,
-            )
-        elif kind == "ToolCallExecutionEvent":
-            for result in getattr(item, "content", None) or ():
-                call_id = getattr(result, "call_id", None)
-                if call_id in turn.tool_call_ids:
-                    continue
-                record_message(
-                    turn.step.agent,
-                    getattr(result, "content", None),
-                    "tool",
-                    kind="tool",
-                    tool_name=getattr(result, "name", None) or "tool",
-                    tool_call_id=call_id,
-                    is_error=bool(getattr(result, "is_error", False)),
-                    source=SOURCE,
-                    task=turn.step.run,
-                )
-    except Exception:
-        HOOK_ERRORS.record("agentchat.observe")
-
-
-def _is_chat_message(message: Any) -> bool:
-    return any(cls.__name__ == "BaseChatMessage" for cls in type(message).__mro__)
-
-
-def _message_text(message: Any) -> str:
-    try:
-        return to_text(message.to_model_text())
-    except Exception:
-        return to_text(getattr(message, "content", message))
-
-
-def _response_text(response: Any) -> str | None:
-    message = getattr(response, "chat_message", None)
-    return _message_text(message) if message is not None else None
-
-
-def _response_attributes(response: Any) -> dict[str, Any]:
-    message = getattr(response, "chat_message", None)
-    if message is None:
-        return {}
-    attributes: dict[str, Any] = {"otel_blame.agentchat.message_type": type(message).__name__}
-    target = getattr(message, "target", None)
-    if isinstance(target, str):
-        attributes["otel_blame.agentchat.handoff_target"] = target
-    return attributes
-
-
-# -- tools -----------------------------------------------------------------------------------------
-
-
-async def _wrap_tool_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    turn = _current_turn.get()
-    if turn is None:
-        return await wrapped(*args, **kwargs)
-    call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
-    try:
-        step = EnvelopeStep(
-            turn.step.run,
-            turn.step.agent,
-            source=SOURCE,
-            tool_name=getattr(instance, "name", None) or "tool",
-            tool_call_id=call_id,
-        )
-        if call_id is not None:
-            turn.tool_call_ids.add(call_id)
-    except Exception:
-        HOOK_ERRORS.record("agentchat.tool")
-        return await wrapped(*args, **kwargs)
-    token = step.attach()
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as error:
-        step.finish(f"{type(error).__name__}: {error}", error=error)
-        raise
-    finally:
-        step.detach(token)
-    try:
-        text = instance.return_value_as_string(result)
-    except Exception:
-        text = to_text(result)
-    step.finish(text)
-    return result
+__all__ = ["AgentChatInstrumentor"]
