@@ -133,3 +133,36 @@ def test_plain_api_turns_enclose_the_openai_calls_made_in_them(openai_v2):
     for chat_span in chats:
         _assert_enclosed(by_id[chat_span.parent.span_id], chat_span)
     assert [_text(s) for s in spans.steps()] == ["6*7?", "plan: multiply", "42"]
+
+
+def test_openai_agents_each_model_call_nests_under_its_turn_with_the_turns_tools(openai_v2):
+    import agents
+
+    from .test_openai_agents import HANDOFF_SCRIPT, QUESTION, _handoff_team
+
+    spans = openai_v2
+    agents.set_tracing_disabled(True)
+    try:
+        with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+            result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+    finally:
+        agents.set_tracing_disabled(False)
+    assert result.final_output == "Paris is sunny, 21 C."
+    by_id = {s.context.span_id: s for s in spans.all()}
+    chats = _chat_spans(spans)
+    turns = [by_id[c.parent.span_id] for c in chats]
+    assert [t.name for t in turns] == [
+        "invoke_agent triage",
+        "invoke_agent researcher",
+        "invoke_agent researcher",
+        "invoke_agent writer",
+    ]
+    for chat_span, turn in zip(chats, turns, strict=True):
+        _assert_enclosed(turn, chat_span)
+        assert semconv.STEP_INDEX in turn.attributes  # the turn is the step of the model's response
+    tools = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    assert [by_id[t.parent.span_id].name for t in tools] == [
+        "invoke_agent triage",
+        "invoke_agent researcher",
+        "invoke_agent researcher",
+    ]
