@@ -166,3 +166,32 @@ def test_openai_agents_each_model_call_nests_under_its_turn_with_the_turns_tools
         "invoke_agent researcher",
         "invoke_agent researcher",
     ]
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_langgraph_each_nodes_model_call_nests_under_the_nodes_turn(openai_v2, mode):
+    from .test_langgraph import SCRIPT as GRAPH_SCRIPT
+    from .test_langgraph import _build, _input
+
+    spans = openai_v2
+    with ScriptedLLM(GRAPH_SCRIPT) as llm:
+        graph = _build(llm)
+        result = graph.invoke(_input()) if mode == "invoke" else asyncio.run(graph.ainvoke(_input()))
+    assert result["messages"][-1].content == "Answer: about 2.1 million people."
+    by_id = {s.context.span_id: s for s in spans.all()}
+    chats = _chat_spans(spans)
+    turns = [by_id[c.parent.span_id] for c in chats]
+    # the write node answers as the agent its message names
+    assert [t.name for t in turns] == [
+        "invoke_agent planner",
+        "invoke_agent researcher",
+        "invoke_agent researcher",
+        "invoke_agent writer",
+    ]
+    for chat_span, turn in zip(chats, turns, strict=True):
+        _assert_enclosed(turn, chat_span)
+        assert semconv.STEP_INDEX in turn.attributes
+    (tool,) = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    assert tool.name == "execute_tool population"  # the tools node's turn is the tool's run
+    root = spans.root()
+    assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
