@@ -21,7 +21,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import MESSAGE_ROLES, agent_name, output_messages, prepare, to_text
+from otel_blame.instrumentation._messages import (
+    MESSAGE_ROLES,
+    StepKind,
+    agent_name,
+    output_messages,
+    prepare,
+    to_text,
+)
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import (
     _CURRENT_TASK,
@@ -32,7 +39,6 @@ from otel_blame.instrumentation._scope import (
     warn_once,
 )
 from otel_blame.instrumentation._settings import current_settings, tracer
-from otel_blame.trajectory import StepKind
 
 __all__ = ["AgentTurn", "agent_turn", "current_task", "record_message", "set_outcome", "task"]
 

@@ -22,11 +22,10 @@ from typing import Any
 from uuid import UUID
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, to_text
+from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
 from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
 
 SOURCE = "langgraph"
 _ROLES = LANGCHAIN_ROLES

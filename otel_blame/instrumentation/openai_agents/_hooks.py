@@ -26,11 +26,10 @@ import weakref
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import name_of, to_text
+from otel_blame.instrumentation._messages import StepKind, name_of, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
 from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
 
 SOURCE = "openai_agents"
 # the agent turn (one model call and the tools it asked for) the running code is inside
