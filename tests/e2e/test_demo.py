@@ -44,7 +44,9 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
         assert str(path) in output
         resource_spans, _ = parse_otlp_json(path.read_text())
         spans = [span for rs in resource_spans for ss in rs.scope_spans for span in ss.spans]
-        assert len(spans) == 6  # task root + user, planner, coder, executor, reviewer
+        # task root + the chat manager's turn (an envelope without a step) + user, planner, coder,
+        # executor, reviewer
+        assert len(spans) == 7
         root = next(span for span in spans if not span.parent_span_id)
         culprits = [span for span in spans if attributes(span).get(sc.BLAME_CULPRIT) is True]
         assert len(culprits) == 1
