@@ -28,25 +28,25 @@ MAX_CANDIDATES = 5
 class Weights:
     """How much each signal counts (one field per signal name), one set for every framework.
 
-    The defaults were chosen by ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a
-    fixed grid) on the whole Who&When dev split; the accuracy reported for them is the
-    cross-validated accuracy of that same procedure (weights refit on the training folds only), never
-    the in-sample figure. ``early_decision`` is fixed at 1 (the scale); ``agent_support`` is the
+    The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
+    grid from a neutral start, every signal at 0.3) chose on the whole Who&When dev split. The
+    accuracy reported for them is the 5-fold cross-validated accuracy of that same procedure (weights
+    refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1 (the scale); ``agent_support`` is the
     share of an agent's other suspect steps added to its case.
     """
 
     early_decision: float = 1.0
-    hard_error: float = 0.6
+    hard_error: float = 0.9
     soft_error: float = 0.3
     fabrication: float = 0.45
-    hedging: float = 0.1
-    final_answer: float = 0.6
+    hedging: float = 0.0
+    final_answer: float = 0.3
     lacking_report: float = 0.3
-    approval: float = 0.15
-    stuck: float = 0.4
-    contradicted_claim: float = 0.0
-    plan_gap: float = 0.0
-    off_task_report: float = 0.0
+    approval: float = 0.3
+    stuck: float = 0.3
+    contradicted_claim: float = 0.3
+    plan_gap: float = 0.3
+    off_task_report: float = 0.3
     agent_support: float = 0.1
 
     def of(self, signal: str) -> float:
