@@ -60,7 +60,9 @@ class PositionalBaseline:
 
     def __init__(self, rule: str) -> None:
         if rule not in POSITIONAL_RULES:
-            raise ValueError(f"unknown positional rule {rule!r}; choose one of: {', '.join(POSITIONAL_RULES)}")
+            raise ValueError(
+                f"unknown positional rule {rule!r}; choose one of: {', '.join(POSITIONAL_RULES)}"
+            )
         self.rule = rule
         self.name = f"baseline:{rule}"
         self._pick, self.description = POSITIONAL_RULES[rule]

@@ -148,9 +148,8 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
     for s in summaries:
         click.echo(f"{s.subset}:")
         for b in (b for b in baselines if b.subset == s.subset):
-            click.echo(
-                f"  {b.name:<26} {_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}  {b.description}"
-            )
+            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
+            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
         by_agent, by_step = best_baseline(baselines, s.subset)
         click.echo(
             f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "

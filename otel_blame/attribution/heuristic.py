@@ -31,8 +31,8 @@ class Weights:
     The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
     grid from a neutral start, every signal at 0.3) chose on the whole Who&When dev split. The
     accuracy reported for them is the 5-fold cross-validated accuracy of that same procedure (weights
-    refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1 (the scale); ``agent_support`` is the
-    share of an agent's other suspect steps added to its case.
+    refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1
+    (the scale); ``agent_support`` is the share of an agent's other suspect steps added to its case.
     """
 
     early_decision: float = 1.0
@@ -47,6 +47,7 @@ class Weights:
     contradicted_claim: float = 0.3
     plan_gap: float = 0.3
     off_task_report: float = 0.3
+    premature_acceptance: float = 0.3
     agent_support: float = 0.1
 
     def of(self, signal: str) -> float:
@@ -83,6 +84,18 @@ def gather_evidence(
 
 
 _REASONS = {signal.name: signal.reason for signal in SIGNALS}
+AGENT_SCOPE = frozenset(signal.name for signal in SIGNALS if signal.scope == "agent")
+
+
+def agent_evidence(evidence: RunEvidence, weights: Weights) -> dict[str, float]:
+    """The weighted agent-scope evidence per agent (added to an agent's case, not to a step)."""
+    steps = evidence.context.steps
+    found: dict[str, float] = {}
+    for name in AGENT_SCOPE:
+        weight = weights.of(name)
+        for index, strength in evidence.by_signal.get(name, {}).items():
+            found[steps[index].agent] = found.get(steps[index].agent, 0.0) + weight * strength
+    return found
 
 
 def score_evidence(evidence: RunEvidence, weights: Weights) -> list[ScoredStep]:
@@ -92,7 +105,7 @@ def score_evidence(evidence: RunEvidence, weights: Weights) -> list[ScoredStep]:
     contributions: dict[int, list[tuple[float, str]]] = {index: [] for index in context.actors}
     for name, found in evidence.by_signal.items():
         weight = weights.of(name)
-        if weight == 0.0:
+        if weight == 0.0 or name in AGENT_SCOPE:
             continue
         for index, strength in found.items():
             if index in scored and strength:
@@ -103,9 +116,12 @@ def score_evidence(evidence: RunEvidence, weights: Weights) -> list[ScoredStep]:
     return sorted(scored.values(), key=lambda item: (-item.score, item.step.index))
 
 
-def choose(ranked: list[ScoredStep], weights: Weights) -> ScoredStep:
+def choose(
+    ranked: list[ScoredStep], weights: Weights, agent_level: dict[str, float] | None = None
+) -> ScoredStep:
     """The answer: the agent with the best step plus a share of its other suspect steps' scores (an
-    agent that slipped several times is the likelier culprit), then that agent's best step."""
+    agent that slipped several times is the likelier culprit) plus its agent-scope evidence, then
+    that agent's best step."""
     support: dict[str, float] = {}
     best_of: dict[str, ScoredStep] = {}
     for item in ranked:
@@ -113,6 +129,9 @@ def choose(ranked: list[ScoredStep], weights: Weights) -> ScoredStep:
         share = item.score if agent not in best_of else weights.agent_support * item.score
         support[agent] = support.get(agent, 0.0) + share
         best_of.setdefault(agent, item)
+    for agent, amount in (agent_level or {}).items():
+        if agent in support:
+            support[agent] += amount
     chosen = max(support, key=lambda agent: (support[agent], -best_of[agent].step.index))
     return best_of[chosen]
 
@@ -130,8 +149,10 @@ class HeuristicAttribution:
         started = time.perf_counter()
         if not trajectory.steps:
             raise AttributionError("the trajectory has no steps")
-        ranked = self.score_steps(trajectory)
-        best = choose(ranked, self.weights)
+        evidence = gather_evidence(trajectory, with_ground_truth=self.with_ground_truth)
+        ranked = score_evidence(evidence, self.weights)
+        agent_level = agent_evidence(evidence, self.weights)
+        best = choose(ranked, self.weights, agent_level)
         ranked = [best] + [item for item in ranked if item is not best]
         total = sum(item.score for item in ranked) or 1.0
         candidates = [
@@ -147,6 +168,8 @@ class HeuristicAttribution:
             confidence = min(confidence, 0.3)
         confidence = round(confidence, 3)
         reasons = best.reasons[:3] or ["an early decision the rest of the run built on"]
+        if agent_level.get(best.step.agent):
+            reasons = [*reasons, *(_REASONS[n] for n in AGENT_SCOPE if evidence.by_signal.get(n))]
         reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(reasons) + "."
         return Attribution(
             agent=best.step.agent,
@@ -160,4 +183,6 @@ class HeuristicAttribution:
 
     def score_steps(self, trajectory: Trajectory) -> list[ScoredStep]:
         """Every suspect step with its score and the signals behind it, best first."""
-        return score_evidence(gather_evidence(trajectory, with_ground_truth=self.with_ground_truth), self.weights)
+        return score_evidence(
+            gather_evidence(trajectory, with_ground_truth=self.with_ground_truth), self.weights
+        )

@@ -19,33 +19,51 @@ from dataclasses import dataclass
 
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
+
 class _Pattern:
     """A case-insensitive regex behind a cheap literal prefilter: the regex (slow on long text, many
-    alternatives) only runs when the lower-cased text holds one of ``keys``."""
+    alternatives) only runs when the lower-cased text holds one of ``keys``, and it runs on the
+    lower-cased text (a case-sensitive regex is several times faster than an IGNORECASE one)."""
 
     def __init__(self, pattern: str, keys: tuple[str, ...]) -> None:
-        self.regex = re.compile(pattern, re.IGNORECASE)
+        self.regex = re.compile(pattern.lower())
         self.keys = keys
 
     def _may_match(self, lower: str) -> bool:
         return any(key in lower for key in self.keys)
 
     def count(self, text: str, lower: str) -> int:
-        return len(self.regex.findall(text)) if self._may_match(lower) else 0
+        return len(self.regex.findall(lower)) if self._may_match(lower) else 0
 
     def search(self, text: str, lower: str) -> bool:
-        return self._may_match(lower) and self.regex.search(text) is not None
+        return self._may_match(lower) and self.regex.search(lower) is not None
 
 
-_ERROR = re.compile(
-    r"traceback \(most recent call last\)|\b\w*error\b:|\bexception\b|execution failed|exit ?code:? ?[1-9]"
+_ERROR = _Pattern(
+    r"traceback \(most recent call last\)|error:|\bexception\b|execution failed|exit ?code:? ?[1-9]"
     r"|\bfailed to\b|\bnot found\b|\b40[134]\b|\b50[023]\b|\bunable to\b|\bcould not\b|\bcannot\b"
     r"|\bno results?\b|\bnone\b|\bnan\b|\bempty\b",
-    re.IGNORECASE,
+    keys=(
+        "traceback",
+        "error",
+        "exception",
+        "fail",
+        "exit",
+        "not found",
+        "40",
+        "50",
+        "unable to",
+        "could not",
+        "cannot",
+        "no result",
+        "none",
+        "nan",
+        "empty",
+    ),
 )
-_HARD_ERROR = re.compile(
-    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|\w+error:|\w+exception:",
-    re.IGNORECASE,
+_HARD_ERROR = _Pattern(
+    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:",
+    keys=("traceback", "execution failed", "exit", "error:", "exception:"),
 )
 _FABRICATION = _Pattern(
     r"\blet'?s assume\b|\bassum(?:e|ing|ption)\b|\bhypothetical\w*\b|\bplaceholder\b|\bdummy\b|\bmock\w*\b"
@@ -158,7 +176,7 @@ def _is_actor(step: Step, trajectory: Trajectory) -> bool:
     return not _is_task_statement(step, trajectory)
 
 
-def _author_of(steps: list[Step], result: Step, actors: set[int]) -> int | None:
+def _author_of(steps: list[Step], result: Step, actors: frozenset[int] | set[int]) -> int | None:
     """The step that produced a tool/code result: the closest earlier authored step, preferring code."""
     fallback = None
     for index in range(result.index - 1, -1, -1):
@@ -216,12 +234,23 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
     return best
 
 
-
-
-_CORRECTION = re.compile(
+_CORRECTION = _Pattern(
     r"\b(?:incorrect|wrong|mistake|mistaken|discrepanc\w*|inconsisten\w*|not accurate|inaccurate"
     r"|does(?: not|n't) match|contradict\w*|not correct|erroneous|miscalculat\w*|overlooked)\b",
-    re.IGNORECASE,
+    keys=(
+        "incorrect",
+        "wrong",
+        "mistake",
+        "discrepanc",
+        "inconsisten",
+        "accurate",
+        "match",
+        "contradict",
+        "not correct",
+        "erroneous",
+        "miscalculat",
+        "overlooked",
+    ),
 )
 _QUOTED = re.compile(r"[\"“']([^\"”'\n]{3,60})[\"”']")
 _WORD = re.compile(r"[a-z][a-z0-9'-]{3,}")
@@ -266,6 +295,7 @@ class ScoringContext:
     worker_rank: dict[int, int]
     answer_tokens: set[str]
     task_text: str
+    _failed: dict[int, bool] | None = None
 
     @classmethod
     def build(cls, trajectory: Trajectory, *, with_ground_truth: bool = False) -> ScoringContext:
@@ -297,22 +327,43 @@ class ScoringContext:
             task_text=task_text[:4000],
         )
 
+    def failed_results(self) -> dict[int, bool]:
+        """Tool / code results that failed: index -> True for a hard failure (traceback, non-zero exit
+        code, ``...Error:``, a span marked as an error), False for a soft one ("not found", "no
+        results", None). Computed once, shared by the error signals."""
+        if self._failed is None:
+            self._failed = {}
+            for step in self.steps:
+                if step.kind == StepKind.MESSAGE and not step.is_error:
+                    continue
+                text, lower = self.texts[step.index], self.lowers[step.index]
+                if step.is_error or _HARD_ERROR.search(text, lower):
+                    self._failed[step.index] = True
+                elif _ERROR.search(text[:2000], lower[:2000]):
+                    self._failed[step.index] = False
+        return self._failed
+
     def author_of(self, index: int) -> int | None:
         """The suspect step behind step ``index``: itself when authored, else the step that made the
         tool call or wrote the code."""
         if index in self.actor_set:
             return index
-        return _author_of(self.steps, self.steps[index], set(self.actor_set))
+        return _author_of(self.steps, self.steps[index], self.actor_set)
 
 
 Evidence = dict[int, float]
 
 
 class Signal:
-    """A failure signal: reads a ScoringContext, returns unweighted evidence per suspect step."""
+    """A failure signal: reads a ScoringContext, returns unweighted evidence per suspect step.
+
+    ``scope`` "step" adds the weighted evidence to the step's score; "agent" adds it only to the
+    case against the step's author (it says who went wrong, not where).
+    """
 
     name: str = "signal"
     reason: str = ""
+    scope: str = "step"
 
     def evidence(self, context: ScoringContext) -> Evidence:
         raise NotImplementedError
@@ -346,13 +397,8 @@ class _ErrorResult(Signal):
 
     def evidence(self, context: ScoringContext) -> Evidence:
         found: Evidence = {}
-        for step in context.steps:
-            if step.kind == StepKind.MESSAGE and not step.is_error:
-                continue
-            text = context.texts[step.index]
-            hard = step.is_error or bool(_HARD_ERROR.search(text))
-            soft = not hard and bool(_ERROR.search(text[:2000]))
-            if (hard if self.hard else soft) and (author := context.author_of(step.index)) is not None:
+        for index, hard in context.failed_results().items():
+            if hard == self.hard and (author := context.author_of(index)) is not None:
                 found[author] = found.get(author, 0.0) + 1.0
         return found
 
@@ -389,7 +435,7 @@ class Fabrication(Signal):
         for index in context.actors:
             text = context.texts[index]
             prose = _CODE_FENCE.sub(" ", text) if "```" in text else text
-            count = self.pattern.count(prose, prose.lower())
+            count = self.pattern.count(prose, prose.lower() if prose is not text else context.lowers[index])
             if count:
                 found[index] = float(min(count, self.cap))
         return found
@@ -417,11 +463,15 @@ class FinalAnswerEntry(Signal):
         tokens = context.answer_tokens
         if not tokens:
             return {}
+        spaced = [token for token in tokens if " " in token]
+        plain = [token for token in tokens if " " not in token]
         for step in context.steps:
-            text = context.texts[step.index]
-            flat = text.replace(",", "")
-            normalised = _normalise(text)
-            present = sum(1 for token in tokens if token in flat or token in normalised)
+            text = context.lowers[step.index]
+            flat = text.replace(",", "") if "," in text else text
+            present = sum(1 for token in plain if token in flat or token in text)
+            if spaced and (present + len(spaced)) * 2 >= len(tokens):
+                normalised = _normalise(text)
+                present += sum(1 for token in spaced if token in normalised)
             if present * 2 >= len(tokens):
                 author = context.author_of(step.index)
                 return {author: 1.0} if author is not None else {}
@@ -493,9 +543,9 @@ class ContradictedClaim(Signal):
     def evidence(self, context: ScoringContext) -> Evidence:
         best: int | None = None
         for index in context.actors:
-            if context.order[index] == 0 or not _CORRECTION.search(context.texts[index][:3000]):
-                continue
             text = context.texts[index][:3000]
+            if context.order[index] == 0 or not _CORRECTION.search(text, context.lowers[index][:3000]):
+                continue
             tokens = {match.replace(",", "") for match in _NUMBER.findall(text)}
             tokens |= {_normalise(match) for match in _QUOTED.findall(text)}
             tokens = {token for token in tokens if len(token) >= 2}
@@ -570,6 +620,35 @@ class OffTaskReport(Signal):
         return found
 
 
+_SATISFIED = _Pattern(
+    r"\"is_request_satisfied\":\s*\{[^{}]{0,1500}?\"answer\":\s*true"
+    r"|\b(?:request|task|question) (?:has been|is|was) (?:now )?(?:successfully |fully )?"
+    r"(?:satisfied|fulfilled|completed|answered|resolved)\b",
+    keys=("satisfied", "fulfilled", "completed", "answered", "resolved"),
+)
+
+
+class PrematureAcceptance(Signal):
+    """A step that declares the request satisfied, or the needed facts found, in a run that failed:
+    the run stopped looking because someone accepted a report without the evidence the task needs.
+    The first such acceptance is the suspect (later ones inherit it). Only a claim that the whole
+    request is satisfied counts: "we have found X" is said of partial progress too often to mean
+    anything. Agent scope: the acceptance says who let the failure through, not where it entered."""
+
+    name = "premature_acceptance"
+    reason = "it accepted a result without the evidence the task needs"
+    scope = "agent"  # who let the failure through; where it entered is for the other signals
+
+    def evidence(self, context: ScoringContext) -> Evidence:
+        for index in context.actors:
+            if context.order[index] == 0:
+                continue
+            head = context.texts[index][:2500]
+            if _SATISFIED.search(head, context.lowers[index][:2500]):
+                return {index: 1.0}
+        return {}
+
+
 SIGNALS: tuple[Signal, ...] = (
     EarlyDecision(),
     HardError(),
@@ -583,5 +662,6 @@ SIGNALS: tuple[Signal, ...] = (
     ContradictedClaim(),
     PlanSkipsRequirement(),
     OffTaskReport(),
+    PrematureAcceptance(),
 )
 SIGNAL_NAMES: tuple[str, ...] = tuple(signal.name for signal in SIGNALS)

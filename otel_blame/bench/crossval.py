@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from otel_blame.attribution.heuristic import HeuristicAttribution, RunEvidence, Weights, gather_evidence
+from otel_blame.attribution.heuristic import (
+    AGENT_SCOPE,
+    HeuristicAttribution,
+    RunEvidence,
+    Weights,
+    gather_evidence,
+)
 from otel_blame.attribution.signals import SIGNAL_NAMES
 from otel_blame.bench.who_and_when import SUBSETS, iter_cases
 
@@ -29,6 +35,7 @@ SUPPORT_GRID: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)
 FIXED: frozenset[str] = frozenset({"early_decision"})  # the scale every other weight is relative to
 FITTED: tuple[str, ...] = tuple(f.name for f in fields(Weights) if f.name not in FIXED)
 PASSES = 3
+_STEP_SCOPE: tuple[bool, ...] = tuple(name not in AGENT_SCOPE for name in SIGNAL_NAMES)
 
 
 def neutral_start() -> Weights:
@@ -63,14 +70,19 @@ def load_runs(dataset: Path, subsets: Sequence[str] = SUBSETS) -> list[LabelledR
             )
             for index in context.actors
         ]
-        runs.append(LabelledRun(case.file, case.subset, case.mistake_agent, case.mistake_step, evidence, rows))
+        runs.append(
+            LabelledRun(case.file, case.subset, case.mistake_agent, case.mistake_step, evidence, rows)
+        )
     return runs
 
 
 def _predict(run: LabelledRun, vector: tuple[float, ...], agent_support: float) -> tuple[str, int]:
     """The heuristic's answer under weights, from the gathered evidence (same rule as ``choose``)."""
     scored = sorted(
-        ((sum(w * e for w, e in zip(vector, row, strict=True)), index, agent) for index, agent, row in run.rows),
+        (
+            (sum(w * e for w, e in zip(vector, row, strict=True)), index, agent)
+            for index, agent, row in run.rows
+        ),
         key=lambda item: (-item[0], item[1]),
     )
     support: dict[str, float] = {}
@@ -78,6 +90,10 @@ def _predict(run: LabelledRun, vector: tuple[float, ...], agent_support: float) 
     for score, index, agent in scored:
         support[agent] = support.get(agent, 0.0) + (score if agent not in best else agent_support * score)
         best.setdefault(agent, (score, index))
+    for _index, agent, row in run.rows:
+        extra = sum(w * e for w, e, step in zip(vector, row, _STEP_SCOPE, strict=True) if not step and e)
+        if extra:
+            support[agent] += extra
     chosen = max(support, key=lambda agent: (support[agent], -best[agent][1]))
     return chosen, best[chosen][1]
 
@@ -208,4 +224,6 @@ def cross_validate(
 def ablate(runs: Sequence[LabelledRun], signal: str, *, k: int = 5, seed: int = 0) -> CrossValidation:
     """Cross-validation with one signal switched off (weight 0, not fitted)."""
     start = replace(neutral_start(), **{signal: 0.0})
-    return cross_validate(runs, k=k, seed=seed, start=start, fitted=[name for name in FITTED if name != signal])
+    return cross_validate(
+        runs, k=k, seed=seed, start=start, fitted=[name for name in FITTED if name != signal]
+    )

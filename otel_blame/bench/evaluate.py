@@ -214,7 +214,9 @@ def evaluate_baselines(
     ]
 
 
-def best_baseline(baselines: Sequence[BaselineSummary], subset: str) -> tuple[BaselineSummary, BaselineSummary]:
+def best_baseline(
+    baselines: Sequence[BaselineSummary], subset: str
+) -> tuple[BaselineSummary, BaselineSummary]:
     """The best baseline of a subset for the agent and for the step (they may differ)."""
     of_subset = [b for b in baselines if b.subset == subset]
     if not of_subset:
