@@ -8,7 +8,9 @@ is bounded, and every process is stopped when a test ends, also when it fails.
 from __future__ import annotations
 
 import re
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -34,6 +36,7 @@ from .harness import (
     Collector,
     Jaeger,
     ProcessGroup,
+    free_port,
     http_get,
     iter_spans,
     jaeger_tags,
@@ -388,24 +391,83 @@ def test_tail_sampling_after_otel_blame_keeps_failed_traces_and_drops_the_rest(
         assert sum(1 for s in spans if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True) == 1
 
 
-def localhost_is_only_ipv4_loopback() -> bool:
-    addresses = {info[4][0] for info in socket.getaddrinfo("localhost", None)}
-    return addresses == {"127.0.0.1"}
+def localhost_addresses() -> list[str]:
+    """What ``localhost`` resolves to here: 127.0.0.1, and ::1 too on most CI images."""
+    return sorted({info[4][0] for info in socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)})
 
 
-@pytest.mark.skipif(
-    not localhost_is_only_ipv4_loopback(), reason="localhost resolves to more than 127.0.0.1 here"
-)
-def test_scaled_dns_resolver_routes_to_the_resolved_replica(group: ProcessGroup, tmp_path: Path):
-    """scaled-dns.yaml for real: the replica list is what DNS says `localhost` is (127.0.0.1)."""
-    sink = RecordingOTLPSink().start()
+def port_free_on(addresses: list[str]) -> int:
+    """One TCP port that every address can bind: the DNS resolver uses a single port for all."""
+    for _ in range(50):
+        port = free_port()
+        sockets = []
+        try:
+            for address in addresses:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind((address, port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return port
+    raise AssertionError(
+        f"localhost resolves to {addresses} here but no port binds on all of them; the Collector's "
+        "DNS resolver would send traces to an address where no replica can listen"
+    )
+
+
+DUAL_STACK_HOSTS = "127.0.0.1 localhost\n::1 localhost\n"
+
+
+def dual_stack_wrapper(tmp_path: Path) -> list[str] | None:
+    """argv that runs a command in a private mount namespace whose /etc/hosts maps ``localhost`` to
+    both 127.0.0.1 and ::1 (as most CI images do), or None where that cannot be done (not root)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(DUAL_STACK_HOSTS)
+    wrapper = ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)]
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(
+        [*wrapper, "cat", "/etc/hosts"], capture_output=True, text=True, timeout=30, check=False
+    )
+    return wrapper if probe.returncode == 0 and probe.stdout == DUAL_STACK_HOSTS else None
+
+
+@pytest.mark.parametrize("hosts", ["this-host", "dual-stack"])
+def test_scaled_dns_resolver_routes_to_the_resolved_replicas(group: ProcessGroup, tmp_path: Path, hosts: str):
+    """scaled-dns.yaml for real: the replica list is what DNS says ``localhost`` is. One replica
+    listens on each resolved address (127.0.0.1, and ::1 where localhost maps to it too) on the
+    one port the resolver uses; every trace is attributed once and arrives whole. ``dual-stack``
+    gives the Collector a hosts file where localhost is both, whatever this host says."""
+    wrapper: list[str] = []
+    if hosts == "dual-stack":
+        found = dual_stack_wrapper(tmp_path)
+        if found is None:
+            pytest.skip("needs root (unshare --mount) to give the Collector its own /etc/hosts")
+        wrapper, addresses = found, ["127.0.0.1", "::1"]
+    else:
+        addresses = localhost_addresses()
+    port = port_free_on(addresses)
+    sinks = [RecordingOTLPSink().start() for _ in addresses]
     try:
-        replica = BlameServer(group, "otel-blame-dns", downstream=sink.endpoint, wal_dir=tmp_path / "wal")
+        for number, (address, sink) in enumerate(zip(addresses, sinks, strict=True)):
+            BlameServer(
+                group,
+                f"otel-blame-dns-{number}",
+                downstream=sink.endpoint,
+                wal_dir=tmp_path / f"wal-{number}",
+                grpc_host=address,
+                grpc_port=port,
+            )
         balancer = Collector(
             group,
             COLLECTOR_CONFIG_DIR / "scaled-dns.yaml",
             "otelcol-dns",
-            {"OTEL_BLAME_REPLICAS_DNS_NAME": "localhost", "OTEL_BLAME_REPLICAS_PORT": str(replica.grpc_port)},
+            {"OTEL_BLAME_REPLICAS_DNS_NAME": "localhost", "OTEL_BLAME_REPLICAS_PORT": str(port)},
+            wrapper=wrapper,
         )
         provider, counter = app_provider("e2e-scaled-dns", balancer.otlp_grpc_endpoint)
         try:
@@ -415,11 +477,15 @@ def test_scaled_dns_resolver_routes_to_the_resolved_replica(group: ProcessGroup,
         expected = sum(len(ids) for ids in counter.spans.values())
         try:
             wait_until(
-                lambda: total_unique([sink]) >= expected, timeout=60, what=f"{expected} spans downstream"
+                lambda: total_unique(sinks) >= expected, timeout=60, what=f"{expected} spans downstream"
             )
-            wait_until(lambda: len(culprit_counts([sink])) >= 20, timeout=30, what="a culprit in every trace")
+            wait_until(lambda: len(culprit_counts(sinks)) >= 20, timeout=30, what="a culprit in every trace")
         except TimeoutError as error:
-            raise AssertionError(f"{error}; got {total_unique([sink])} spans{explain(group)}") from None
-        check_delivery([sink], counter.spans)
+            raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
+        check_delivery(sinks, counter.spans)
+        # 20 traces hashed over the replicas: each resolved address got some (all to one: p = 2**-19)
+        per_address = {address: len(sink.spans()) for address, sink in zip(addresses, sinks, strict=True)}
+        assert all(per_address.values()), per_address
     finally:
-        sink.stop()
+        for sink in sinks:
+            sink.stop()
