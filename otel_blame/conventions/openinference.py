@@ -39,6 +39,13 @@ def langgraph_node(metadata: dict[str, Any]) -> str | None:
     return outer or text(metadata.get(sc.LANGGRAPH_NODE)) or None
 
 
+def _langchain_message(message: Any) -> Any:
+    """A serialised LangChain message (``{"type": "human", "data": {"content": ...}}``) as role/content."""
+    if isinstance(message, dict) and isinstance(message.get("data"), dict) and "content" in message["data"]:
+        return {"role": message.get("type", "user"), "content": message["data"]["content"]}
+    return message
+
+
 class OpenInference(Convention):
     name = "openinference"
 
@@ -107,7 +114,12 @@ class OpenInference(Convention):
         return None
 
     def task_input(self, root: SpanView) -> str | None:
-        return text(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE)) or None
+        value = maybe_json(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE))
+        if isinstance(value, dict) and isinstance(value.get("messages"), list):  # a LangGraph state
+            found = messages_text([_langchain_message(m) for m in value["messages"]])[0]
+            if found:
+                return found
+        return text(value) or None
 
     def task_output(self, root: SpanView) -> str | None:
         return text(root.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE)) or None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 QUESTION = "How many people live in Paris?"
-PLAN = "Plan: the researcher finds the population, the writer answers."
+PLAN = "Plan: the researcher finds how many people live in Paris, the writer answers."
 FABRICATED = "I cannot look it up, so let's assume Paris has 1 million inhabitants."
 ANSWER = "Answer: about 1 million people."
 SCRIPT = [PLAN, FABRICATED, ANSWER]
@@ -68,8 +68,9 @@ def langgraph_app(base_url: str) -> Any:
     return graph.compile(name="population_graph")
 
 
-def langchain_langgraph_app(base_url: str) -> Any:
-    """The same graph with LangChain's ChatOpenAI in each node, as most LangGraph apps are written."""
+def langchain_langgraph_app(base_url: str, with_check: bool = True) -> Any:
+    """The same graph with LangChain's ChatOpenAI in each node, as most LangGraph apps are written;
+    without the check node the run ends normally (its failure is then told by a late verdict)."""
     from langchain_core.messages import AIMessage, SystemMessage
     from langchain_openai import ChatOpenAI
     from langgraph.graph import END, START, MessagesState, StateGraph
@@ -90,12 +91,15 @@ def langchain_langgraph_app(base_url: str) -> Any:
     graph = StateGraph(MessagesState)
     for agent in AGENTS:
         graph.add_node(agent, node(agent))
-    graph.add_node("check", verify)
     graph.add_edge(START, "planner")
     graph.add_edge("planner", "researcher")
     graph.add_edge("researcher", "writer")
-    graph.add_edge("writer", "check")
-    graph.add_edge("check", END)
+    if with_check:
+        graph.add_node("check", verify)
+        graph.add_edge("writer", "check")
+        graph.add_edge("check", END)
+    else:
+        graph.add_edge("writer", END)
     return graph.compile(name="population_graph")
 
 
