@@ -12,7 +12,16 @@ from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.llm_client import LLMSettings
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
-from otel_blame.bench.evaluate import PredictionRecord, SubsetSummary, evaluate, select_files, summarise
+from otel_blame.bench.evaluate import (
+    BaselineSummary,
+    PredictionRecord,
+    SubsetSummary,
+    best_baseline,
+    evaluate,
+    evaluate_baselines,
+    select_files,
+    summarise,
+)
 from otel_blame.bench.who_and_when import SUBSETS
 from otel_blame.loaders import TrajectoryFormatError, load_trajectory
 
@@ -133,6 +142,22 @@ def _print_summaries(summaries: list[SubsetSummary]) -> None:
         )
 
 
+def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
+    """Positional baselines on the same logs, and the method's margin over the best of them."""
+    click.echo("\nbaselines on the same logs (agent / step), and the method's margin over the best:")
+    for s in summaries:
+        click.echo(f"{s.subset}:")
+        for b in (b for b in baselines if b.subset == s.subset):
+            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
+            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
+        by_agent, by_step = best_baseline(baselines, s.subset)
+        click.echo(
+            f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
+            f"points (vs {by_agent.name}), step {100 * (s.step_accuracy - by_step.step_accuracy):+.1f} "
+            f"points (vs {by_step.name})"
+        )
+
+
 @click.command("eval")
 @click.option(
     "--dataset",
@@ -197,5 +222,7 @@ def eval_command(
                 raise click.ClickException(str(error)) from None
     for line in errors[:10]:
         click.echo(f"unanswered: {line}", err=True)
-    _print_summaries(summarise(records))
+    summaries = summarise(records)
+    _print_summaries(summaries)
+    _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
     click.echo(f"predictions: {out_path}")
