@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,autogen,ag2,openai-agents,langgraph]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,autogen,ag2,openai-agents,langgraph,ui,postgres]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,11 +30,14 @@ e2e-components:
 # from the Debian packages; a no-op when the binaries are there. Runs as root, or through sudo when that
 # exists; otherwise it says so and the tests that need them skip. Services are never started: a
 # policy-rc.d that forbids it is put in place for the install when the system has none.
-SYSTEM_BINARIES := /usr/bin/promtool /usr/bin/prometheus /usr/bin/prometheus-alertmanager
+# Also Chromium + chromedriver for the web UI's browser tests (tests/ui) and the PostgreSQL server for the
+# shared blame store test (tests/store), both from Debian.
+SYSTEM_BINARIES := /usr/bin/promtool /usr/bin/prometheus /usr/bin/prometheus-alertmanager \
+	/usr/bin/chromium /usr/bin/chromedriver /usr/bin/pg_ctlcluster
 system-packages:
 	@missing=""; for bin in $(SYSTEM_BINARIES); do [ -x "$$bin" ] || missing="$$missing $$bin"; done; \
-	if [ -z "$$missing" ]; then echo "system packages: prometheus and alertmanager present"; exit 0; fi; \
-	echo "system packages: missing$$missing; installing prometheus prometheus-alertmanager"; \
+	if [ -z "$$missing" ]; then echo "system packages: prometheus, alertmanager, chromium, chromedriver, postgresql present"; exit 0; fi; \
+	echo "system packages: missing$$missing; installing prometheus prometheus-alertmanager chromium chromium-driver postgresql"; \
 	if [ "$$(id -u)" = 0 ]; then SUDO=""; \
 	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
 	else echo "WARNING: not root and no sudo: cannot install them; the alerting end-to-end test will skip" >&2; exit 0; fi; \
@@ -44,7 +47,7 @@ system-packages:
 	status=0; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-		prometheus prometheus-alertmanager || status=$$?; \
+		prometheus prometheus-alertmanager chromium chromium-driver postgresql || status=$$?; \
 	if [ -n "$$policy" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; \
 	exit $$status
 

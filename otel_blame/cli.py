@@ -32,5 +32,10 @@ from otel_blame.demo import demo  # noqa: E402
 
 main.add_command(demo)
 
+from otel_blame.ui.cli import top_command, ui_command  # noqa: E402  (imports its server parts lazily)
+
+main.add_command(ui_command)
+main.add_command(top_command)
+
 if __name__ == "__main__":
     main()
