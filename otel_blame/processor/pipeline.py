@@ -28,6 +28,7 @@ from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory, trajectory_from_spans
 from otel_blame.processor.assembler import BufferedTrace, Route, TraceAssembler
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import ProcessorConfig
@@ -48,7 +49,6 @@ from otel_blame.processor.wal import (
 )
 from otel_blame.processor.wire import DecodeError, TraceGroup, count_spans, split_logs, split_traces
 from otel_blame.redaction import Redactor
-from otel_blame.spans_to_trajectory import attributes_to_dict, trajectory_from_spans
 from otel_blame.trajectory import Outcome, Trajectory
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class BlameProcessor:
         self._accepting = False
         self._started = False
         self._counter_lock = threading.Lock()
+        self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
         self.counters: dict[str, int] = {
             "received_spans": 0,
             "received_log_records": 0,
@@ -95,6 +96,7 @@ class BlameProcessor:
             "fallback_attributions": 0,
             "unattributed_failed_traces": 0,
             "no_trajectory_traces": 0,
+            "agent_from_service_traces": 0,  # a step's agent was named by nothing but the service
             "late_root_failures": 0,
             "analysis_overflow_traces": 0,
             "verdicts": 0,
@@ -352,12 +354,31 @@ class BlameProcessor:
         )
         resource_spans = list(request.resource_spans)
         try:
-            trajectory = trajectory_from_spans(resource_spans, list(logs.resource_logs) if logs else ())
+            built = build_trajectory(resource_spans, list(logs.resource_logs) if logs else ())
         except ValueError as error:
             log.debug("trace %s: %s; forwarding it unchanged", trace.trace_id.hex(), error)
             self._count("no_trajectory_traces")
+            roots = (
+                s for rs in resource_spans for ss in rs.scope_spans for s in ss.spans if not s.parent_span_id
+            )
+            if trace.root_failed or trace.verdict_failed or any(self._detector.is_failed(r) for r in roots):
+                self._count("unattributed_failed_traces")
+                service = error.service if isinstance(error, NoTrajectory) else None
+                reason = error.reason if isinstance(error, NoTrajectory) else str(error)
+                self._warn_once(
+                    service or "unknown_service", "no_trajectory", f"failed trace not attributed: {reason}"
+                )
             self._forward(trace)
             return
+        trajectory = built.trajectory
+        if built.notes.guessed:
+            self._count("agent_from_service_traces")
+            self._warn_once(
+                built.notes.service,
+                "agent_from_service",
+                f"{built.notes.agent_from_service} step(s) of trace {trace.trace_id.hex()} name no agent "
+                "(no agent span, graph node or system prompt names one); blamed as the service",
+            )
         failed = trace.root_failed or trace.verdict_failed
         if not failed:
             root = self._find_span(request, trajectory.root_span_id)
@@ -523,6 +544,14 @@ class BlameProcessor:
         return answer
 
     # -- observability -----------------------------------------------------------------------
+    def _warn_once(self, service: str, what: str, reason: str) -> None:
+        """A trace problem the operator should fix in the app's instrumentation: logged once per service."""
+        with self._counter_lock:
+            if (service, what) in self._warned:
+                return
+            self._warned.add((service, what))
+        log.warning("service %s: %s (logged once per service)", service, reason)
+
     def _count(self, name: str, amount: int = 1) -> None:
         with self._counter_lock:
             self.counters[name] += amount
