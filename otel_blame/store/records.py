@@ -92,6 +92,14 @@ def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
     return processor_redaction(trajectory, redactor)
 
 
+def _task_label(trajectory: Trajectory) -> str:
+    """What the run was asked (the first 200 characters of its input), else the task's name."""
+    text = " ".join((trajectory.task.input or "").split())
+    if not text:
+        return trajectory.task.name
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
 def build_run(
     trajectory: Trajectory,
     attribution: Attribution,
@@ -109,7 +117,7 @@ def build_run(
     return StoredRun(
         trace_id=trace_id,
         service=service,
-        task=trajectory.task.name,
+        task=_task_label(trajectory),
         outcome=str(trajectory.outcome),
         agent=attribution.agent,
         step=attribution.step,

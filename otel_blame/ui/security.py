@@ -32,7 +32,7 @@ CONTENT_SECURITY_POLICY = (
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # 'no-referrer' would make browsers send 'Origin: null' on POSTs
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
@@ -106,8 +106,10 @@ def origin_ok(request: Request) -> bool:
     """A browser's Origin (sent on every cross-origin POST) must be this server; without an Origin,
     a browser's Sec-Fetch-Site must say same-origin. Non-browser clients send neither."""
     origin = request.headers.get("origin")
-    if origin is not None:
-        return origin != "null" and urlsplit(origin).netloc == request.headers.get("host", "")
+    if origin is not None and origin != "null":
+        return urlsplit(origin).netloc == request.headers.get("host", "")
+    if origin == "null":  # a privacy-hiding browser: trust only its own same-origin statement
+        return request.headers.get("sec-fetch-site") == "same-origin"
     return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
 
 

@@ -13,18 +13,24 @@ from otel_blame.trajectory import Outcome, Step, Task, Trajectory
 WHO_AND_WHEN = Path(os.environ.get("OTEL_BLAME_WHO_AND_WHEN", "/work/shared/who_and_when/dev"))
 
 
-def who_and_when_files(limit: int) -> list[Path]:
-    files = sorted(WHO_AND_WHEN.glob("*/*.json"), key=lambda p: (p.parent.name, int(p.stem)))
+def who_and_when_files(limit: int, subset: str = "*") -> list[Path]:
+    files = sorted(WHO_AND_WHEN.glob(f"{subset}/*.json"), key=lambda p: (p.parent.name, int(p.stem)))
     return files[:limit]
 
 
 def attributed_runs(
-    count: int, *, start: float, spacing: float, services: tuple[str, ...] = ("checkout",)
+    count: int,
+    *,
+    start: float,
+    spacing: float,
+    services: tuple[str, ...] = ("checkout",),
+    subset: str = "*",
+    times: list[float] | None = None,
 ) -> list[StoredRun]:
     """``count`` Who&When logs, attributed with the heuristic, spaced ``spacing`` seconds apart."""
     method = create_method("heuristic")
     runs = []
-    for position, path in enumerate(who_and_when_files(count)):
+    for position, path in enumerate(who_and_when_files(count, subset)):
         trajectory = load_trajectory(path)
         runs.append(
             build_run(
@@ -32,7 +38,7 @@ def attributed_runs(
                 method.attribute(trajectory),
                 trace_id=f"{position + 1:032x}",
                 service=services[position % len(services)],
-                attributed_at=start + position * spacing,
+                attributed_at=times[position] if times else start + position * spacing,
             )
         )
     return runs
@@ -49,7 +55,10 @@ def hostile_run(trace_id: str, attributed_at: float) -> StoredRun:
     ]
     trajectory = Trajectory(
         task=Task(
-            name="<script>alert(4)</script>", input="<i>refund</i>", expected_output="42", final_output="41"
+            name="refund",
+            input="<script>alert(4)</script> refund order <i>42</i>",
+            expected_output="42",
+            final_output="41",
         ),
         steps=steps,
         outcome=Outcome.FAILURE,
