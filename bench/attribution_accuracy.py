@@ -32,7 +32,7 @@ from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.registry import create_method
 from otel_blame.bench.evaluate import evaluate, select_files, summarise
 from otel_blame.bench.who_and_when import SUBSETS
-from otel_blame.scripted_llm import ScriptedLLM
+from otel_blame.demo.scripted_llm import ScriptedLLM
 from otel_blame.trajectory import Step, Trajectory
 
 
