@@ -100,7 +100,15 @@ class WriteAheadLog:
         try:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=FULL")
-            self._connection.execute("PRAGMA journal_size_limit=1048576")
+            # Debian's SQLite zeroes every freed page by default, which turns a delete into as
+            # many page writes as the row had: too much for a full disk. FAST still clears
+            # deleted content where that costs no extra I/O.
+            self._connection.execute("PRAGMA secure_delete=FAST")
+            # keep SQLite's own -wal file small (checkpoint often, truncate after): on a full disk
+            # the rows must live in the main file, where deletes free pages in place
+            pages = max(16, min(1000, self.reserve_bytes // 4096 // 2))
+            self._connection.execute(f"PRAGMA wal_autocheckpoint={pages}")
+            self._connection.execute(f"PRAGMA journal_size_limit={pages * 4096}")
             self._connection.execute(
                 "CREATE TABLE IF NOT EXISTS requests ("
                 "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body BLOB NOT NULL)"
@@ -115,11 +123,15 @@ class WriteAheadLog:
 
     # -- the reserve ---------------------------------------------------------------------------
     def _take_reserve(self) -> None:
-        """Hold ``reserve_bytes`` of disk in a file, if there is room (best effort)."""
+        """Hold ``reserve_bytes`` of disk in a file, when twice that is free (so that taking it
+        does not itself fill the disk); best effort."""
         if not self.reserve_bytes:
             return
         try:
             if self.reserve_path.exists() and self.reserve_path.stat().st_size >= self.reserve_bytes:
+                return
+            disk = os.statvfs(self.reserve_path.parent)
+            if disk.f_bavail * disk.f_frsize < 2 * self.reserve_bytes:
                 return
             with open(self.reserve_path, "wb") as reserve:
                 os.posix_fallocate(reserve.fileno(), 0, self.reserve_bytes)
@@ -284,36 +296,46 @@ class WriteAheadLog:
         self.commits += 1
 
     def _commit_deletes(self) -> None:
-        """Delete delivered rows; on failure keep them pending (retried), giving up the reserve."""
+        """Delete delivered rows; on failure keep them pending (retried), giving up the reserve.
+
+        All at once first; failing that (a full disk) with the reserve given up; failing that, one
+        row at a time, so that each delete frees room for the next."""
         if not self._deletes_pending:
             return
-        deletes = list(self._deletes_pending)
-        for attempt in (1, 2):
-            try:
-                self._transaction(
-                    lambda cursor: cursor.executemany(
-                        "DELETE FROM requests WHERE id = ?", [(row_id,) for row_id in deletes]
+        done = self._delete(list(self._deletes_pending))
+        if not done and self._give_up_reserve():
+            done = self._delete(list(self._deletes_pending))
+        if not done:
+            for row_id in list(self._deletes_pending):
+                if not self._delete([row_id]):
+                    log.warning(
+                        "write-ahead log: deleting %d delivered rows failed (disk full?); retrying",
+                        len(self._deletes_pending),
                     )
-                )
-                break
-            except sqlite3.Error as error:
-                self.failed_commits += 1
-                if attempt == 1 and self._give_up_reserve():
-                    continue
-                log.warning(
-                    "write-ahead log: deleting %d delivered rows failed (%s); retrying", len(deletes), error
-                )
-                return
-        del self._deletes_pending[: len(deletes)]
-        with self._lock:
-            for row_id in deletes:
-                self._bytes -= self._sizes.pop(row_id, 0)
+                    return
         if self.reserve_bytes and not self.reserve_path.exists():
             try:
                 self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error:
                 pass
             self._take_reserve()
+
+    def _delete(self, row_ids: list[int]) -> bool:
+        try:
+            self._transaction(
+                lambda cursor: cursor.executemany(
+                    "DELETE FROM requests WHERE id = ?", [(r,) for r in row_ids]
+                )
+            )
+        except sqlite3.Error:
+            self.failed_commits += 1
+            return False
+        gone = set(row_ids)
+        self._deletes_pending[:] = [row_id for row_id in self._deletes_pending if row_id not in gone]
+        with self._lock:
+            for row_id in row_ids:
+                self._bytes -= self._sizes.pop(row_id, 0)
+        return True
 
     def _commit_appends(self, appends: list[_Append]) -> None:
         def insert(cursor: sqlite3.Cursor) -> None:
