@@ -1,13 +1,17 @@
 """Content redaction: secrets and e-mail addresses are masked before message text leaves the process.
 
 Shared by the instrumentation (on every captured message) and the processor (on content it
-forwards). Built-in patterns cover common API keys, bearer tokens and e-mail addresses; an
+forwards). Built-in patterns cover the API keys of OpenAI, Anthropic, AWS (key ids and secret keys),
+GitHub, Slack, Google and GitLab, JWTs, PEM private key blocks, passwords in connection URLs and
+after names such as ``password=``, bearer and basic auth credentials, and e-mail addresses; an
 optional user callable runs after them. A failing user callable never lets unredacted text
 through: the whole text is replaced by :data:`REDACTION_FAILED`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import re
 import threading
@@ -35,6 +39,8 @@ class RedactionPattern:
     triggers: tuple[str, ...] = ()
     ignore_case: bool = False
     also: tuple[str, ...] = ()
+    # Only a match whose secret (or whole match) passes this check is masked.
+    validate: Callable[[str], bool] | None = None
 
     def may_match(self, text: str, lowered: str) -> bool:
         haystack = lowered if self.ignore_case else text
@@ -53,19 +59,68 @@ class RedactionPattern:
 
     def apply(self, text: str) -> tuple[str, int]:
         marker = f"[REDACTED:{self.label}]"
-        if "secret" not in self.regex.groupindex:
+        secret_groups = [name for name in self.regex.groupindex if name.startswith("secret")]
+        if not secret_groups and self.validate is None:
             return self.regex.subn(marker, text)
+        count = 0
 
         def replace(match: re.Match[str]) -> str:
-            start, end = match.span("secret")
+            nonlocal count
+            start, end = match.span()
+            for name in secret_groups:
+                if match.start(name) != -1:
+                    start, end = match.span(name)
+                    break
+            if self.validate is not None and not self.validate(text[start:end]):
+                return match.group(0)
+            count += 1
             whole_start = match.start()
             whole = match.group(0)
             return whole[: start - whole_start] + marker + whole[end - whole_start :]
 
-        return self.regex.subn(replace, text)
+        redacted = self.regex.sub(replace, text)
+        return redacted, count
 
+
+# Characters of a standard or URL-safe base64 run; used to find where a secret ends.
+_B64 = r"A-Za-z0-9+/"
+
+
+def _is_basic_credentials(token: str) -> bool:
+    """``Basic`` is an English word: only a token that decodes to ``user:password`` is masked."""
+    try:
+        decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
+
+
+# Names under which a secret value is usually written: ``password=``, ``"client_secret": "…"``,
+# ``AWS_SECRET_ACCESS_KEY=…``. A prefix such as ``aws_`` or ``db-`` may come before the name.
+_SECRET_NAMES = (
+    r"(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|secretaccesskey"
+    r"|secret[_-]?key|client[_-]?secret|private[_-]?key|(?:access|auth|refresh|session|id)[_-]?token"
+    r"|token|secret|password|passwd|passphrase|pwd)"
+)
 
 BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
+    RedactionPattern(
+        # A whole PEM private key block (RSA, EC, DSA, OPENSSH, ENCRYPTED, PGP ... BLOCK); a block
+        # with no END line (cut off) is masked to the end of its base64 body.
+        "private_key",
+        re.compile(
+            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+            r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,.\\-]*)",
+            re.DOTALL,
+        ),
+        triggers=("PRIVATE KEY",),
+    ),
+    RedactionPattern(
+        # JSON Web Tokens: header.payload.signature, the first two base64url-encoded JSON objects.
+        "jwt",
+        re.compile(r"\beyJ[A-Za-z0-9_\-]{4,}\.eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
+        triggers=("eyJ",),
+    ),
     RedactionPattern(
         "bearer_token",
         re.compile(r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9\-._~+/]{8,}=*)"),
@@ -73,14 +128,38 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
         ignore_case=True,
     ),
     RedactionPattern(
+        "basic_auth",
+        re.compile(rf"(?i)\bbasic\s+(?P<secret>[{_B64}]{{8,}}={{0,2}})(?![{_B64}=])"),
+        triggers=("basic",),
+        ignore_case=True,
+        validate=_is_basic_credentials,
+    ),
+    RedactionPattern(
+        # scheme://user:password@host: the password only, so the URL stays readable.
+        "url_password",
+        re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s/:@\"'<>]*:(?P<secret>[^\s/@\"'<>]+)@"),
+        triggers=("://",),
+    ),
+    RedactionPattern(
+        # An AWS secret access key (40 base64 characters, mixed case with a digit, "/" or "+")
+        # where the text also speaks of AWS or carries an AWS key id.
+        "aws_secret_key",
+        re.compile(
+            rf"(?<![{_B64}=])(?=[{_B64}]*[a-z])(?=[{_B64}]*[A-Z])(?=[{_B64}]*[0-9/+])"
+            rf"[{_B64}]{{40}}(?![{_B64}=])"
+        ),
+        triggers=("aws", "akia", "asia", "secret"),
+        ignore_case=True,
+    ),
+    RedactionPattern(
         "api_key",
         re.compile(
-            r"\b(?:"
-            r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{16,}"  # OpenAI, Anthropic, Stripe-like
-            r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids
+            r"(?<![A-Za-z0-9])(?:"
+            r"sk-(?:proj-|ant-(?:api\d\d-|admin\d\d-)?|svcacct-|admin-|live-|test-)?[A-Za-z0-9_\-]{16,}"
+            r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}"  # AWS key ids
             r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
             r"|github_pat_[A-Za-z0-9_]{30,}"
-            r"|xox[abposr]-[A-Za-z0-9\-]{10,}"  # Slack
+            r"|xox[abposre]-[A-Za-z0-9\-]{10,}"  # Slack
             r"|AIza[0-9A-Za-z_\-]{35}"  # Google API keys
             r"|glpat-[A-Za-z0-9_\-]{20,}"  # GitLab
             r")"
@@ -89,6 +168,12 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
             "sk-",
             "AKIA",
             "ASIA",
+            "AGPA",
+            "AIDA",
+            "AROA",
+            "ANPA",
+            "ANVA",
+            "AIPA",
             "ghp_",
             "gho_",
             "ghu_",
@@ -101,12 +186,15 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
         ),
     ),
     RedactionPattern(
+        # name = value, name: "value", "name": "value"; a quoted value is masked up to its quote.
         "api_key",
         re.compile(
-            r"(?i)\b(?:api[_-]?key|access[_-]?token|secret[_-]?key|client[_-]?secret|password|passwd)"
-            r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;]{6,})"
+            rf"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_\-]*?{_SECRET_NAMES}(?:\\?[\"'])?\s*[:=]\s*(?!\[REDACTED:)"
+            r"(?:\\?\"(?P<secret_dq>(?:[^\"\\\n]|\\(?!\")){4,})"
+            r"|\\?'(?P<secret_sq>(?:[^'\\\n]|\\(?!')){4,})"
+            r"|(?P<secret>[^\s\"',;&\\]{4,}))"
         ),
-        triggers=("key", "token", "secret", "passw"),
+        triggers=("key", "token", "secret", "passw", "pwd", "passphrase"),
         ignore_case=True,
         also=(":", "="),
     ),

@@ -69,6 +69,11 @@ OPENINFERENCE_INPUT_VALUE = "input.value"
 OPENINFERENCE_OUTPUT_VALUE = "output.value"
 OPENINFERENCE_TOOL_NAME = "tool.name"
 OPENINFERENCE_SESSION_ID = "session.id"
+OPENINFERENCE_METADATA = "metadata"  # JSON; LangChain runs carry LangGraph's keys here
+OPENINFERENCE_GRAPH_NODE_ID = "graph.node.id"
+# LangGraph run metadata (in OpenInference's metadata): the node a run belongs to
+LANGGRAPH_NODE = "langgraph_node"
+LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
 # OpenLLMetry (Traceloop)
 TRACELOOP_SPAN_KIND = "traceloop.span.kind"
 TRACELOOP_ENTITY_NAME = "traceloop.entity.name"
@@ -97,6 +102,7 @@ TRACELOOP_KIND_TOOL = "tool"
 TRACELOOP_KIND_WORKFLOW = "workflow"
 # OpenLLMetry's indexed prompt/completion attributes: gen_ai.completion.{i}.content / .role
 OPENLLMETRY_COMPLETION_PREFIX = "gen_ai.completion."
+OPENLLMETRY_PROMPT_PREFIX = "gen_ai.prompt."
 LLM_REQUEST_TYPE = "llm.request.type"
 # evaluation results recorded as span events (GenAI conventions)
 GEN_AI_EVALUATION_RESULT_EVENT = "gen_ai.evaluation.result"

@@ -1,26 +1,43 @@
-"""Turn agent messages into OpenTelemetry spans: a plain API plus hooks per framework.
+"""The documented public API of otel-blame's instrumentation (kept stable).
 
-``task`` opens a root span per run, ``record_message`` adds one span per agent message (step),
-``set_outcome`` marks the run's result. ``OtelBlameInstrumentor`` hooks installed frameworks
-(classic ``autogen``, ``ag2`` 1.x) so their messages are recorded without code changes.
+The implementation lives in :mod:`otel_blame.instrumentation`; this module re-exports it, so
+``from otel_blame.instrument import task, record_message, set_outcome, OtelBlameInstrumentor``
+keeps working.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from otel_blame.instrument.safety import hook_error_count
-from otel_blame.instrument.settings import CaptureSettings, configure, current_settings, reset_configuration
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, set_outcome, task
+from otel_blame.instrumentation import (
+    AgentTurn,
+    CaptureSettings,
+    TaskRun,
+    agent_turn,
+    configure,
+    current_settings,
+    current_task,
+    current_trace_id,
+    hook_error_count,
+    last_trace_id,
+    record_message,
+    reset_configuration,
+    set_outcome,
+    task,
+)
 
 __all__ = [
+    "AgentTurn",
     "CaptureSettings",
     "OtelBlameInstrumentor",
     "TaskRun",
+    "agent_turn",
     "configure",
     "current_settings",
     "current_task",
+    "current_trace_id",
     "hook_error_count",
+    "last_trace_id",
     "record_message",
     "reset_configuration",
     "set_outcome",
@@ -30,7 +47,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "OtelBlameInstrumentor":
-        from otel_blame.instrument.instrumentor import OtelBlameInstrumentor
+        from otel_blame.instrumentation.instrumentor import OtelBlameInstrumentor
 
         return OtelBlameInstrumentor
     raise AttributeError(name)

@@ -33,6 +33,7 @@ from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner, redact_trajectory
 from otel_blame.processor.config import ProcessorConfig
@@ -43,7 +44,6 @@ from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
 from otel_blame.processor.retention import RetainedTraces
 from otel_blame.processor.wal import KIND_DIRECT_TRACES, WriteAheadLog
 from otel_blame.redaction import Redactor
-from otel_blame.spans_to_trajectory import attributes_to_dict, trajectory_from_spans
 from otel_blame.trajectory import Outcome, Trajectory
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class TraceAnalyser:
         self._detector = FailureDetector(config.detection)
         self._repeated = RepeatedCulpritDetector(config.alerting.repeated_culprit)
         self._listeners: list[AttributionListener] = []
+        self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
         self._pool = ThreadPoolExecutor(
             max_workers=config.attribution.workers, thread_name_prefix="otel-blame-analyse"
         )
@@ -201,20 +202,39 @@ class TraceAnalyser:
             ExportLogsServiceRequest.FromString(b"".join(trace.log_payloads)) if trace.log_payloads else None
         )
         try:
-            trajectory = trajectory_from_spans(
-                list(request.resource_spans), list(logs.resource_logs) if logs else ()
-            )
+            built = build_trajectory(list(request.resource_spans), list(logs.resource_logs) if logs else ())
         except ValueError as error:
             log.debug("trace %s: %s; not attributed", trace_hex, error)
             self._counters.add("no_trajectory_traces")
             if verdict is not None:
                 raise ValueError(f"trace {trace_hex} cannot be attributed: {error}") from None
-            failed = trace.root_failed or trace.verdict_failed
-            if failed:  # failed, but no agent steps to blame: counted, never silent
+            roots = (
+                s
+                for rs in request.resource_spans
+                for ss in rs.scope_spans
+                for s in ss.spans
+                if not s.parent_span_id
+            )
+            if trace.root_failed or trace.verdict_failed or any(self._detector.is_failed(r) for r in roots):
+                # failed, but no agent steps to blame: counted and said once per service, never silent
                 self._counters.add("unattributed_failed_traces")
                 self._metrics.record_trace(Outcome.FAILURE, False)
+                service = error.service if isinstance(error, NoTrajectory) else None
+                reason = error.reason if isinstance(error, NoTrajectory) else str(error)
+                self._warn_once(
+                    service or "unknown_service", "no_trajectory", f"failed trace not attributed: {reason}"
+                )
             self._finish_unchanged(trace)
             return AnalysisResult("no_trajectory", problem=str(error))
+        trajectory = built.trajectory
+        if built.notes.guessed:
+            self._counters.add("agent_from_service_traces")
+            self._warn_once(
+                built.notes.service,
+                "agent_from_service",
+                f"{built.notes.agent_from_service} step(s) of trace {trace_hex} name no agent "
+                "(no agent span, graph node or system prompt names one); blamed as the service",
+            )
         failed = verdict is not None or trace.root_failed or trace.verdict_failed
         if not failed:
             root = _find_span(request, trajectory.root_span_id)
@@ -260,6 +280,14 @@ class TraceAnalyser:
 
     def verdict(self, trace: BufferedTrace, verdict: Verdict) -> AnalysisResult:
         return self.analyse(trace, verdict)
+
+    def _warn_once(self, service: str, what: str, reason: str) -> None:
+        """A trace problem the operator should fix in the app's instrumentation: logged once per service."""
+        with self._pending_lock:
+            if (service, what) in self._warned:
+                return
+            self._warned.add((service, what))
+        log.warning("service %s: %s (logged once per service)", service, reason)
 
     def _finish_unchanged(self, trace: BufferedTrace) -> None:
         forward_unchanged(self._exporter, trace)

@@ -39,7 +39,7 @@ def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
         update={
             key: redactor(value) if isinstance(value, str) else value
             for key, value in trajectory.task.model_dump().items()
-            if key in ("input", "expected_output", "final_output")
+            if key in ("name", "input", "expected_output", "final_output")
         }
     )
     steps = [step.model_copy(update={"content": redactor(step.content)}) for step in trajectory.steps]
@@ -62,6 +62,7 @@ class AttributionRunner:
             except ValueError as error:
                 raise ConfigError(f"attribution.fallback_method: {error}") from None
         self._redact = config.redact and is_llm_method(config.method)
+        self._redact_fallback = config.redact and is_llm_method(config.fallback_method)
         self._redactor = redactor or Redactor()
         self._pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="otel-blame-attribute")
 
@@ -80,7 +81,10 @@ class AttributionRunner:
         if self.fallback is None:
             return AttributionOutcome(None, problem=problem)
         try:
-            answer = self.fallback.attribute(trajectory)
+            fallback_given = (
+                redact_trajectory(trajectory, self._redactor) if self._redact_fallback else trajectory
+            )
+            answer = self.fallback.attribute(fallback_given)
         except Exception as error:
             return AttributionOutcome(None, problem=f"{problem}; fallback failed: {error}")
         method = f"{self.fallback.name}(fallback:{self.method.name})"

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -194,7 +194,15 @@ def wait_ready(proc: ManagedProcess, url: str, timeout: float = 60.0) -> None:
 class Collector:
     """The Collector built by deploy/build_components.sh, running one collector_config/ file."""
 
-    def __init__(self, group: ProcessGroup, config: Path, name: str, env: Mapping[str, str]):
+    def __init__(
+        self,
+        group: ProcessGroup,
+        config: Path,
+        name: str,
+        env: Mapping[str, str],
+        wrapper: Sequence[str] = (),
+    ):
+        """``wrapper``: argv that runs the Collector (``exec "$@"``), e.g. in a private mount namespace."""
         self.grpc_port = free_port()
         self.http_port = free_port()
         self.health_port = free_port()
@@ -210,7 +218,7 @@ class Collector:
             "OTELCOL_METRICS_PORT": str(self.metrics_port),
             **env,
         }
-        self.proc = group.start(name, [str(COLLECTOR_BIN), "--config", str(config)], self.env)
+        self.proc = group.start(name, [*wrapper, str(COLLECTOR_BIN), "--config", str(config)], self.env)
         wait_ready(self.proc, f"http://127.0.0.1:{self.health_port}/")
 
     @property
@@ -342,8 +350,10 @@ class BlameServer:
         grpc_port: int | None = None,
         http_port: int | None = None,
         quiet_period: float = 0.5,
+        grpc_host: str = "127.0.0.1",
     ):
         self.group = group
+        self.grpc_host = grpc_host
         self.quiet_period = quiet_period
         self.name = name
         self.downstream = downstream
@@ -358,7 +368,7 @@ class BlameServer:
             str(OTEL_BLAME_BIN),
             "serve",
             "--grpc-endpoint",
-            f"127.0.0.1:{self.grpc_port}",
+            f"{self._grpc_host_literal}:{self.grpc_port}",
             "--http-endpoint",
             f"127.0.0.1:{self.http_port}",
             "--downstream",
@@ -380,8 +390,12 @@ class BlameServer:
         self.proc = self._start()
 
     @property
+    def _grpc_host_literal(self) -> str:
+        return f"[{self.grpc_host}]" if ":" in self.grpc_host else self.grpc_host
+
+    @property
     def otlp_grpc_endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self._grpc_host_literal}:{self.grpc_port}"
 
 
 def iter_spans(trace: Mapping[str, Any]) -> Iterator[dict]:

@@ -8,7 +8,9 @@ is bounded, and every process is stopped when a test ends, also when it fails.
 from __future__ import annotations
 
 import re
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -34,6 +36,7 @@ from .harness import (
     Collector,
     Jaeger,
     ProcessGroup,
+    free_port,
     http_get,
     iter_spans,
     jaeger_tags,
@@ -118,6 +121,10 @@ def test_ag2_group_chat_through_collector_and_otel_blame_into_jaeger(group: Proc
             continue
         assert len(culprits) == 1
         culprit_tags = jaeger_tags(culprits[0])
+        # the verdict is the planted fault: that agent, that step, on that agent's span
+        planted = (result.task.fault_agent, result.task.fault_step)
+        assert (root_tags[sc.BLAME_AGENT], root_tags[sc.BLAME_STEP]) == planted, result.task.name
+        assert (culprit_tags[sc.GEN_AI_AGENT_NAME], culprit_tags[sc.STEP_INDEX]) == planted
         for key in (sc.BLAME_AGENT, sc.BLAME_STEP, sc.BLAME_REASON):
             assert key in culprit_tags, f"culprit span lacks {key}"
             assert culprit_tags[key] == root_tags[key]
@@ -137,8 +144,14 @@ TRACES = 200
 STEPS = ("triage", "researcher", "writer", "reviewer")
 
 
+# The planted fault of send_failed_traces: the researcher's lookup brings in 200 EUR (step 1);
+# the writer and reviewer only carry it on.
+PLANTED_AGENT, PLANTED_STEP = "researcher", 1
+
+
 def send_failed_traces(provider: TracerProvider, count: int, on_each=None) -> None:
-    """``count`` small failed agent runs through the instrumentation API (4 steps + root each)."""
+    """``count`` small failed agent runs through the instrumentation API (4 steps + root each), each
+    with its fault planted at ``PLANTED_AGENT`` / ``PLANTED_STEP``."""
     configure(tracer_provider=provider)
     try:
         for index in range(count):
@@ -200,6 +213,25 @@ def blamed_roots(sinks: list[RecordingOTLPSink]) -> dict[str, list[dict]]:
     return roots
 
 
+def assert_planted_fault_blamed(sinks: list[RecordingOTLPSink]) -> None:
+    """Every blamed root and every culprit span names the planted agent and step."""
+    wrong = {}
+    for sink in sinks:
+        for recorded in sink.spans():
+            span_attrs = attrs(recorded)
+            if not recorded.span.parent_span_id and sc.BLAME_AGENT in span_attrs:
+                verdict = (span_attrs[sc.BLAME_AGENT], span_attrs[sc.BLAME_STEP])
+            elif span_attrs.get(sc.BLAME_CULPRIT) is True:
+                verdict = (span_attrs[sc.GEN_AI_AGENT_NAME], span_attrs[sc.STEP_INDEX])
+            else:
+                continue
+            if verdict != (PLANTED_AGENT, PLANTED_STEP):
+                wrong[recorded.trace_id] = verdict
+    assert not wrong, (
+        f"{len(wrong)} traces blamed elsewhere than {PLANTED_AGENT} step {PLANTED_STEP}: {wrong}"
+    )
+
+
 def culprit_counts(sinks: list[RecordingOTLPSink]) -> Counter:
     return Counter(
         recorded.trace_id
@@ -249,6 +281,7 @@ def test_scaled_every_trace_attributed_exactly_once_and_whole(group: ProcessGrou
         assert len(roots) == TRACES
         for trace_id, copies in roots.items():
             assert len(copies) == 1 and sc.BLAME_AGENT in copies[0], trace_id
+        assert_planted_fault_blamed(sinks)
     finally:
         for sink in sinks:
             sink.stop()
@@ -321,6 +354,7 @@ def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp
         assert len(roots) == TRACES
         unblamed = [t for t, copies in roots.items() if not any(sc.BLAME_AGENT in c for c in copies)]
         assert not unblamed, f"{len(unblamed)} traces reached the downstream without blame"
+        assert_planted_fault_blamed(sinks)  # and the right blame, also for traces replayed from the WAL
     finally:
         for sink in sinks:
             sink.stop()
@@ -388,24 +422,83 @@ def test_tail_sampling_after_otel_blame_keeps_failed_traces_and_drops_the_rest(
         assert sum(1 for s in spans if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True) == 1
 
 
-def localhost_is_only_ipv4_loopback() -> bool:
-    addresses = {info[4][0] for info in socket.getaddrinfo("localhost", None)}
-    return addresses == {"127.0.0.1"}
+def localhost_addresses() -> list[str]:
+    """What ``localhost`` resolves to here: 127.0.0.1, and ::1 too on most CI images."""
+    return sorted({info[4][0] for info in socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)})
 
 
-@pytest.mark.skipif(
-    not localhost_is_only_ipv4_loopback(), reason="localhost resolves to more than 127.0.0.1 here"
-)
-def test_scaled_dns_resolver_routes_to_the_resolved_replica(group: ProcessGroup, tmp_path: Path):
-    """scaled-dns.yaml for real: the replica list is what DNS says `localhost` is (127.0.0.1)."""
-    sink = RecordingOTLPSink().start()
+def port_free_on(addresses: list[str]) -> int:
+    """One TCP port that every address can bind: the DNS resolver uses a single port for all."""
+    for _ in range(50):
+        port = free_port()
+        sockets = []
+        try:
+            for address in addresses:
+                family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind((address, port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return port
+    raise AssertionError(
+        f"localhost resolves to {addresses} here but no port binds on all of them; the Collector's "
+        "DNS resolver would send traces to an address where no replica can listen"
+    )
+
+
+DUAL_STACK_HOSTS = "127.0.0.1 localhost\n::1 localhost\n"
+
+
+def dual_stack_wrapper(tmp_path: Path) -> list[str] | None:
+    """argv that runs a command in a private mount namespace whose /etc/hosts maps ``localhost`` to
+    both 127.0.0.1 and ::1 (as most CI images do), or None where that cannot be done (not root)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(DUAL_STACK_HOSTS)
+    wrapper = ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)]
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(
+        [*wrapper, "cat", "/etc/hosts"], capture_output=True, text=True, timeout=30, check=False
+    )
+    return wrapper if probe.returncode == 0 and probe.stdout == DUAL_STACK_HOSTS else None
+
+
+@pytest.mark.parametrize("hosts", ["this-host", "dual-stack"])
+def test_scaled_dns_resolver_routes_to_the_resolved_replicas(group: ProcessGroup, tmp_path: Path, hosts: str):
+    """scaled-dns.yaml for real: the replica list is what DNS says ``localhost`` is. One replica
+    listens on each resolved address (127.0.0.1, and ::1 where localhost maps to it too) on the
+    one port the resolver uses; every trace is attributed once and arrives whole. ``dual-stack``
+    gives the Collector a hosts file where localhost is both, whatever this host says."""
+    wrapper: list[str] = []
+    if hosts == "dual-stack":
+        found = dual_stack_wrapper(tmp_path)
+        if found is None:
+            pytest.skip("needs root (unshare --mount) to give the Collector its own /etc/hosts")
+        wrapper, addresses = found, ["127.0.0.1", "::1"]
+    else:
+        addresses = localhost_addresses()
+    port = port_free_on(addresses)
+    sinks = [RecordingOTLPSink().start() for _ in addresses]
     try:
-        replica = BlameServer(group, "otel-blame-dns", downstream=sink.endpoint, wal_dir=tmp_path / "wal")
+        for number, (address, sink) in enumerate(zip(addresses, sinks, strict=True)):
+            BlameServer(
+                group,
+                f"otel-blame-dns-{number}",
+                downstream=sink.endpoint,
+                wal_dir=tmp_path / f"wal-{number}",
+                grpc_host=address,
+                grpc_port=port,
+            )
         balancer = Collector(
             group,
             COLLECTOR_CONFIG_DIR / "scaled-dns.yaml",
             "otelcol-dns",
-            {"OTEL_BLAME_REPLICAS_DNS_NAME": "localhost", "OTEL_BLAME_REPLICAS_PORT": str(replica.grpc_port)},
+            {"OTEL_BLAME_REPLICAS_DNS_NAME": "localhost", "OTEL_BLAME_REPLICAS_PORT": str(port)},
+            wrapper=wrapper,
         )
         provider, counter = app_provider("e2e-scaled-dns", balancer.otlp_grpc_endpoint)
         try:
@@ -415,11 +508,16 @@ def test_scaled_dns_resolver_routes_to_the_resolved_replica(group: ProcessGroup,
         expected = sum(len(ids) for ids in counter.spans.values())
         try:
             wait_until(
-                lambda: total_unique([sink]) >= expected, timeout=60, what=f"{expected} spans downstream"
+                lambda: total_unique(sinks) >= expected, timeout=60, what=f"{expected} spans downstream"
             )
-            wait_until(lambda: len(culprit_counts([sink])) >= 20, timeout=30, what="a culprit in every trace")
+            wait_until(lambda: len(culprit_counts(sinks)) >= 20, timeout=30, what="a culprit in every trace")
         except TimeoutError as error:
-            raise AssertionError(f"{error}; got {total_unique([sink])} spans{explain(group)}") from None
-        check_delivery([sink], counter.spans)
+            raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
+        check_delivery(sinks, counter.spans)
+        # 20 traces hashed over the replicas: each resolved address got some (all to one: p = 2**-19)
+        assert_planted_fault_blamed(sinks)
+        per_address = {address: len(sink.spans()) for address, sink in zip(addresses, sinks, strict=True)}
+        assert all(per_address.values()), per_address
     finally:
-        sink.stop()
+        for sink in sinks:
+            sink.stop()

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_blame import semconv
 from otel_blame.instrument import configure, reset_configuration
-from otel_blame.instrument.safety import HOOK_ERRORS
+from otel_blame.instrumentation._safety import HOOK_ERRORS
 
 
 class Spans:

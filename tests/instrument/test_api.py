@@ -14,12 +14,12 @@ from otel_blame import semconv
 from otel_blame.instrument import (
     configure,
     current_task,
-    executor_context,
     hook_error_count,
     record_message,
     set_outcome,
     task,
 )
+from otel_blame.instrumentation import _executor as executor_context
 from otel_blame.redaction import Redactor
 
 
@@ -190,12 +190,14 @@ def test_app_exceptions_pass_through_unchanged_and_are_recorded(spans):
 
 
 def test_hook_failures_are_swallowed_counted_and_logged_once(spans, monkeypatch, caplog):
-    import otel_blame.instrument.tasks as tasks
+    import otel_blame.instrumentation._scope as scope
+    import otel_blame.instrumentation.api as api
 
     def broken(*args, **kwargs):
         raise RuntimeError("our bug")
 
-    monkeypatch.setattr(tasks, "prepare", broken)
+    monkeypatch.setattr(api, "prepare", broken)
+    monkeypatch.setattr(scope, "prepare", broken)
     with task("t") as run:
         assert record_message("a", "x") is None
         assert record_message("a", "y") is None
@@ -204,7 +206,7 @@ def test_hook_failures_are_swallowed_counted_and_logged_once(spans, monkeypatch,
     assert hook_error_count() == 3
     assert sum("record_message failed" in r.getMessage() for r in caplog.records) == 1
 
-    monkeypatch.setattr(tasks, "tracer", broken)
+    monkeypatch.setattr(scope, "tracer", broken)
     ran = []
     with task("t2") as run:
         ran.append(run)
@@ -276,7 +278,8 @@ def test_asyncio_gather_of_agents_numbers_in_order_of_messages(spans):
 
 
 def test_to_thread_and_run_in_executor_keep_task_and_parent(spans):
-    executor_context.install()
+    instrumentor = executor_context.ExecutorContextInstrumentor()
+    instrumentor.instrument()
     try:
 
         async def main():
@@ -290,7 +293,7 @@ def test_to_thread_and_run_in_executor_keep_task_and_parent(spans):
 
         asyncio.run(main())
     finally:
-        executor_context.uninstall()
+        instrumentor.uninstrument()
     steps = spans.steps()
     root = spans.root()
     assert [(_content(s), s.attributes[semconv.STEP_INDEX]) for s in steps] == [

@@ -32,6 +32,13 @@ def _chat_history_matches(steps, history) -> None:
         assert _text(step) == message["content"]
 
 
+def _manager_turn(spans, root):
+    """The group chat manager's turn: an ``invoke_agent`` span without a step, under the root."""
+    (manager,) = [s for s in spans.all() if s.name == "invoke_agent chat_manager"]
+    assert semconv.STEP_INDEX not in manager.attributes and manager.parent.span_id == root.context.span_id
+    return manager
+
+
 def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_path):
     spans = instrumented
     with ScriptedLLM(SCRIPT) as llm, RecordingOTLPSink() as sink:
@@ -54,9 +61,13 @@ def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_pa
         assert root.attributes[semconv.TASK_FINAL_OUTPUT] == result.summary
         assert root.attributes[semconv.INSTRUMENTATION_SOURCE] == "autogen"
         conversation = root.attributes[semconv.GEN_AI_CONVERSATION_ID]
+        # envelope spans: the manager's turn (no message of its own) encloses the members' turns;
+        # the first message, sent by initiate_chat, comes from no turn
+        manager = _manager_turn(spans, root)
         for index, step in enumerate(steps):
             assert step.attributes[semconv.STEP_INDEX] == index
-            assert step.parent.span_id == root.context.span_id
+            parent = root if index == 0 else manager
+            assert step.parent.span_id == parent.context.span_id
             assert step.attributes[semconv.GEN_AI_CONVERSATION_ID] == conversation
             assert step.name == f"invoke_agent {step.attributes[semconv.GEN_AI_AGENT_NAME]}"
             assert step.start_time <= step.end_time
@@ -71,7 +82,8 @@ def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_pa
         assert starts == sorted(starts)
         # the executor's step spans the real code run (started when it began its reply)
         assert steps[2].end_time - steps[2].start_time > 0
-        assert len(spans.all()) == len(history) + 1  # relays by the manager are not steps
+        # relays by the manager are not steps; + the root and the manager's turn
+        assert len(spans.all()) == len(history) + 2
 
         # the same spans through the real OTLP/gRPC exporter
         received = sink.wait_for_spans(len(spans.all()), timeout=15)
@@ -84,7 +96,7 @@ def test_group_chat_with_code_executor_one_span_per_message(instrumented, tmp_pa
                 attributes[semconv.GEN_AI_OUTPUT_MESSAGES].string_value
                 == (step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])
             )
-            assert proto.parent_span_id.hex() == format(root.context.span_id, "016x")
+            assert proto.parent_span_id.hex() == format(step.parent.span_id, "016x")
 
         # and the processor's one way of turning spans into a trajectory agrees
         resource_spans = [rs for request in sink.trace_requests for rs in request.resource_spans]
@@ -201,12 +213,12 @@ def test_an_agent_that_raises_fails_the_task_and_the_error_passes_through(instru
 
 
 def test_hook_failures_never_break_the_chat(instrumented, tmp_path, monkeypatch):
-    import otel_blame.instrument.autogen_classic as hooks
+    import otel_blame.instrumentation.autogen._hooks as hooks
 
     def broken(*args, **kwargs):
         raise RuntimeError("bug in otel-blame")
 
-    monkeypatch.setattr(hooks, "record_message", broken)
+    monkeypatch.setattr(hooks, "_answer", broken)
     with ScriptedLLM(SCRIPT) as llm:
         chat = build_group_chat(llm, tmp_path)
         result = chat.planner.initiate_chat(chat.manager, message=QUESTION, silent=True)
@@ -313,4 +325,5 @@ def test_async_group_chat_with_code_executor(instrumented, tmp_path):
     _chat_history_matches(steps, result.chat_history)
     assert steps[2].attributes[semconv.STEP_KIND] == "code_execution"
     root = spans.root()
-    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    manager = _manager_turn(spans, root)
+    assert all(s.parent.span_id == manager.context.span_id for s in steps[1:])

@@ -10,7 +10,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
 from otel_blame.instrument import task
-from otel_blame.instrument.safety import HOOK_ERRORS
+from otel_blame.instrumentation._safety import HOOK_ERRORS
 from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("langgraph")
@@ -192,7 +192,7 @@ def test_a_failing_tool_is_an_error_step_and_the_apps_exception_passes_through(i
 
 
 def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
-    from otel_blame.instrument import langgraph as hooks
+    from otel_blame.instrumentation.langgraph import _handler as hooks
 
     def broken(*args, **kwargs):
         raise RuntimeError("hook bug")

@@ -248,7 +248,7 @@ def test_a_streamed_run_has_its_own_root_that_ends_with_the_stream(instrumented)
 
 
 def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
-    from otel_blame.instrument import openai_agents
+    from otel_blame.instrumentation.openai_agents import _hooks as openai_agents
 
     def broken(*args, **kwargs):
         raise RuntimeError("bug in otel-blame")

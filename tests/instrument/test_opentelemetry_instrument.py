@@ -66,7 +66,10 @@ def test_opentelemetry_instrument_exports_one_step_per_message(tmp_path):
         "invoke_agent planner",
     ]
     roots = [r for r in received if r.span.name.startswith("invoke_workflow")]
-    assert len(roots) == 1 and all(r.span.parent_span_id == roots[0].span.span_id for r in steps)
+    (manager,) = [r for r in received if r.span.name == "invoke_agent chat_manager"]
+    assert len(roots) == 1 and manager.span.parent_span_id == roots[0].span.span_id
+    assert steps[0].span.parent_span_id == roots[0].span.span_id
+    assert all(r.span.parent_span_id == manager.span.span_id for r in steps[1:])
     service = {kv.key: kv.value.string_value for kv in roots[0].resource.attributes}["service.name"]
     assert service == "group-chat-app"
 

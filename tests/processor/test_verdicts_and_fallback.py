@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 from click.testing import CliRunner
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -98,13 +97,13 @@ def test_llm_error_falls_back_to_heuristic_and_says_so(sink, make_processor) -> 
 
 
 def test_llm_timeout_falls_back_within_the_per_trace_timeout(sink, make_processor) -> None:  # noqa: ANN001
-    with ScriptedLLM([], default=Reply(content="{}", delay_seconds=5.0)) as llm:
+    # The LLM answers only after 60 s; the trace must arrive well before that (within the 20 s
+    # wait, a margin that holds on a loaded machine), so the 0.5 s per-trace timeout cut it short.
+    with ScriptedLLM([], default=Reply(content="{}", delay_seconds=60.0)) as llm:
         processor = make_processor(attribution=_llm_config(llm, 0.5))
         spans = record_agent_run([("A", "a"), ("B", "b")], failed=True)
-        started = time.monotonic()
         _send(processor.grpc_endpoint, spans)
-        arrived = sink.wait_for_spans(len(spans), timeout=10)
-        assert time.monotonic() - started < 4.0
+        arrived = sink.wait_for_spans(len(spans), timeout=20)
         root = next(r.span for r in arrived if not r.span.parent_span_id)
         assert attributes_to_dict(root.attributes)[sc.BLAME_METHOD] == "heuristic(fallback:all_at_once)"
 

@@ -21,41 +21,35 @@ from typing import Any
 from uuid import UUID
 
 from otel_blame import semconv
-from otel_blame.instrument.content import to_text
-from otel_blame.instrument.safety import guarded
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
+from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, to_text
+from otel_blame.instrumentation._safety import guarded
+from otel_blame.instrumentation._scope import TaskRun, current_task, task
+from otel_blame.instrumentation.api import record_message
 from otel_blame.trajectory import StepKind
 
 SOURCE = "langgraph"
-_WRAPPED = "__otel_blame_wrapped__"
-_METHODS = ("invoke", "ainvoke", "stream", "astream")
-_patches: list[tuple[type, str, Any]] = []
-_ROLES = {"ai": "assistant", "human": "user", "system": "system", "tool": "tool", "function": "tool"}
+_ROLES = LANGCHAIN_ROLES
 
 
-def instrument() -> None:
-    from langgraph.pregel import Pregel
-
-    wrappers = {
-        "invoke": _wrap_invoke,
-        "ainvoke": _wrap_ainvoke,
-        "stream": _wrap_stream,
-        "astream": _wrap_astream,
-    }
-    for name in _METHODS:
-        original = Pregel.__dict__.get(name)
-        if original is None or getattr(original, _WRAPPED, False):
-            continue
-        wrapper = wrappers[name](original)
-        setattr(wrapper, _WRAPPED, True)
-        setattr(Pregel, name, wrapper)
-        _patches.append((Pregel, name, original))
+def _unbound(wrapped: Any) -> Any:
+    """The bound method wrapt hands us, called like the plain function ``(graph, *args)``."""
+    return lambda _graph, *args, **kwargs: wrapped(*args, **kwargs)
 
 
-def uninstrument() -> None:
-    while _patches:
-        owner, name, original = _patches.pop()
-        setattr(owner, name, original)
+def invoke(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return _wrap_invoke(_unbound(wrapped))(instance, *args, **kwargs)
+
+
+def ainvoke(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return _wrap_ainvoke(_unbound(wrapped))(instance, *args, **kwargs)
+
+
+def stream(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return _wrap_stream(_unbound(wrapped))(instance, *args, **kwargs)
+
+
+def astream(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return _wrap_astream(_unbound(wrapped))(instance, *args, **kwargs)
 
 
 # -- the wrappers: one handler per graph run, a task root when none is open ---------------------
@@ -151,7 +145,6 @@ def _replace_config(args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) 
 
 
 def _wrap_invoke(original: Any) -> Any:
-    @functools.wraps(original)
     def invoke(self: Any, *args: Any, **kwargs: Any) -> Any:
         opened = _open(self, *_split_config(args, kwargs))
         if opened is None:
@@ -170,7 +163,6 @@ def _wrap_invoke(original: Any) -> Any:
 
 
 def _wrap_ainvoke(original: Any) -> Any:
-    @functools.wraps(original)
     async def ainvoke(self: Any, *args: Any, **kwargs: Any) -> Any:
         opened = _open(self, *_split_config(args, kwargs))
         if opened is None:
@@ -189,7 +181,6 @@ def _wrap_ainvoke(original: Any) -> Any:
 
 
 def _wrap_stream(original: Any) -> Any:
-    @functools.wraps(original)
     def stream(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
         opened = _open(self, *_split_config(args, kwargs))
         if opened is None:
@@ -208,7 +199,6 @@ def _wrap_stream(original: Any) -> Any:
 
 
 def _wrap_astream(original: Any) -> Any:
-    @functools.wraps(original)
     async def astream(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         opened = _open(self, *_split_config(args, kwargs))
         if opened is None:

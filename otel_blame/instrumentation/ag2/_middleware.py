@@ -2,11 +2,13 @@
 
 ``Agent._drive_scope`` is the one place every turn (``ask``, ``run``, ``resume``, replies)
 instantiates its middleware; the instrumentor adds :class:`OtelBlameMiddleware`, bound to the
-agent, to the turn's ``additional_middleware``. The middleware records each model response
-(text and tool calls) and each tool result as a step, and the question that started the
-outermost turn as a ``user`` step. An ag2 ``Task`` (``async with agent.task(...)``) is an
-otel-blame task: its title names the root, ``complete``/``fail`` set the outcome. A turn with no
-task around it gets its own root.
+agent, to the turn's ``additional_middleware``. Each model call is an agent turn: an envelope span
+``invoke_agent {agent}`` open (and current) while the model works, so the model client's ``chat``
+span nests under it, ending with the response (text and tool calls) as its step. Each tool
+execution is an ``execute_tool {tool}`` span open while the tool runs, ending with its result as a
+step. The question that started the outermost turn is a ``user`` step. An ag2 ``Task``
+(``async with agent.task(...)``) is an otel-blame task: its title names the root,
+``complete``/``fail`` set the outcome. A turn with no task around it gets its own root.
 """
 
 from __future__ import annotations
@@ -14,66 +16,31 @@ from __future__ import annotations
 import contextvars
 import functools
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrument.content import to_text
-from otel_blame.instrument.safety import guarded
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, set_outcome, task
+from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._scope import TaskRun, current_task, set_outcome, task
+from otel_blame.instrumentation.api import AgentTurn, record_message
 from otel_blame.trajectory import StepKind
 
 SOURCE = "ag2"
-_WRAPPED = "__otel_blame_wrapped__"
-_patches: list[tuple[type, str, Any]] = []
 # the task whose ag2 turn encloses the running code (None: no turn yet, this is the outermost)
 _enclosing_turn: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
     "otel_blame_ag2_enclosing_turn", default=None
 )
 
 
-def instrument() -> None:
-    from ag2.agent import Agent
-
-    original = Agent.__dict__.get("_drive_scope")
-    if original is None or getattr(original, _WRAPPED, False):
-        return
-
-    @functools.wraps(original)
-    def _drive_scope(self: Any, event: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            extra = tuple(kwargs.get("additional_middleware", ()))
-            kwargs["additional_middleware"] = (*extra, _Factory(self))
-        except Exception:  # never stand between the app and its turn
-            pass
-        return original(self, event, *args, **kwargs)
-
-    setattr(_drive_scope, _WRAPPED, True)
-    Agent._drive_scope = _drive_scope  # type: ignore[method-assign]
-    _patches.append((Agent, "_drive_scope", original))
-
-    from ag2.task import Task
-
-    for name, make in (
-        ("__aenter__", _wrap_task_enter),
-        ("__aexit__", _wrap_task_exit),
-        ("complete", _wrap_task_complete),
-        ("fail", _wrap_task_fail),
-    ):
-        original_method = Task.__dict__.get(name)
-        if original_method is None or getattr(original_method, _WRAPPED, False):
-            continue
-        wrapper = make(original_method)
-        setattr(wrapper, _WRAPPED, True)
-        setattr(Task, name, wrapper)
-        _patches.append((Task, name, original_method))
-
-
-def uninstrument() -> None:
-    while _patches:
-        owner, name, original = _patches.pop()
-        setattr(owner, name, original)
+def drive_scope(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``Agent._drive_scope``: our middleware joins the turn's ``additional_middleware``."""
+    try:
+        extra = tuple(kwargs.get("additional_middleware", ()))
+        kwargs = {**kwargs, "additional_middleware": (*extra, _Factory(instance))}
+    except Exception:  # never stand between the app and its turn
+        HOOK_ERRORS.record("ag2.drive_scope")
+    return wrapped(*args, **kwargs)
 
 
 # -- ag2 Task: its lifecycle is an otel-blame task -------------------------------------------
@@ -111,51 +78,40 @@ def _is_running(ag2_task: Any) -> bool:
     return getattr(getattr(metadata, "state", None), "value", None) == "running"
 
 
-def _wrap_task_enter(original: Any) -> Any:
-    @functools.wraps(original)
-    async def __aenter__(self: Any) -> Any:
-        entered = await original(self)
-        _open_task(self)
-        return entered
-
-    return __aenter__
+async def task_enter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    entered = await wrapped(*args, **kwargs)
+    _open_task(instance)
+    return entered
 
 
-def _wrap_task_exit(original: Any) -> Any:
-    @functools.wraps(original)
-    async def __aexit__(self: Any, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
-        try:
-            return await original(self, exc_type, exc, tb)
-        finally:
-            _close_task(self, exc)
-
-    return __aexit__
+async def task_exit(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    exc = args[1] if len(args) > 1 else kwargs.get("exc")
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _close_task(instance, exc if isinstance(exc, BaseException) else None)
 
 
-def _wrap_task_complete(original: Any) -> Any:
-    @functools.wraps(original)
-    async def complete(self: Any, result: Any = None) -> None:
-        run = _run_of(self) if _is_running(self) else None
-        await original(self, result)
-        if run is not None:
-            set_outcome(True, final_output=result, task=run)
-
-    return complete
+async def task_complete(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    run = _run_of(instance) if _is_running(instance) else None
+    returned = await wrapped(*args, **kwargs)
+    if run is not None:
+        result = args[0] if args else kwargs.get("result")
+        set_outcome(True, final_output=result, task=run)
+    return returned
 
 
-def _wrap_task_fail(original: Any) -> Any:
-    @functools.wraps(original)
-    async def fail(self: Any, error: Any) -> None:
-        run = _run_of(self) if _is_running(self) else None
-        await original(self, error)
-        if run is not None:
-            set_outcome(
-                False,
-                reason=f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error,
-                task=run,
-            )
-
-    return fail
+async def task_fail(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    run = _run_of(instance) if _is_running(instance) else None
+    returned = await wrapped(*args, **kwargs)
+    if run is not None:
+        error = args[0] if args else kwargs.get("error")
+        set_outcome(
+            False,
+            reason=f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error,
+            task=run,
+        )
+    return returned
 
 
 class _Factory:
@@ -245,45 +201,42 @@ class _MiddlewareMixin:
     @guarded("ag2.turn")
     def _record_question(self, run: TaskRun, event: Any) -> None:
         if type(event).__name__ in ("ModelRequest", "DrainedModelRequest"):
-            record_message("user", _input_text(event), "user", task=run)
+            record_message("user", _input_text(event), "user", task=run, source=SOURCE)
 
     async def on_llm_call(self, call_next: Any, events: Sequence[Any], context: Any) -> Any:
-        started = time.time_ns()
-        response = await call_next(events, context)
-        self._record_response(response, started)
-        return response
+        with AgentTurn(self.agent_name, source=SOURCE) as turn:
+            response = await call_next(events, context)
+            self._record_response(turn, response)
+            return response
 
     @guarded("ag2.llm_call")
-    def _record_response(self, response: Any, started: int) -> None:
+    def _record_response(self, turn: AgentTurn, response: Any) -> None:
         calls = _tool_calls(response)
         content = getattr(response, "content", None)
-        record_message(
-            self.agent_name,
+        turn.answer(
             content if content is not None or not calls else None,
             "assistant",
             tool_calls=calls or None,
-            start_time_ns=started,
             attributes=_model_attributes(response),
         )
 
     async def on_tool_execution(self, call_next: Any, event: Any, context: Any) -> Any:
-        started = time.time_ns()
-        result = await call_next(event, context)
-        self._record_tool(event, result, started)
-        return result
+        with AgentTurn(self.agent_name, source=SOURCE) as turn:
+            turn.span.update_name(semconv.tool_span_name(to_text(getattr(event, "name", None)) or "tool"))
+            result = await call_next(event, context)
+            self._record_tool(turn, event, result)
+            return result
 
     @guarded("ag2.tool_execution")
-    def _record_tool(self, event: Any, result: Any, started: int) -> None:
+    def _record_tool(self, turn: AgentTurn, event: Any, result: Any) -> None:
         failed = type(result).__name__ == "ToolErrorEvent"
-        record_message(
-            self.agent_name,
+        turn.answer(
             _tool_result_text(result),
             "tool",
             kind=StepKind.TOOL,
             tool_name=getattr(event, "name", None) or "tool",
             tool_call_id=getattr(event, "id", None),
             is_error=failed,
-            start_time_ns=started,
         )
 
 

@@ -26,15 +26,15 @@ import weakref
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrument.content import to_text
-from otel_blame.instrument.safety import HOOK_ERRORS, guarded, logger
-from otel_blame.instrument.tasks import TaskRun, current_task, record_message, task
+from otel_blame.instrumentation._messages import name_of, to_text
+from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._scope import TaskRun, current_task, task
+from otel_blame.instrumentation.api import record_message
 from otel_blame.trajectory import StepKind
 
 SOURCE = "openai_agents"
-_WRAPPED = "__otel_blame_wrapped__"
-_patches: list[tuple[Any, str, Any]] = []
-_FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
+FAILURE_FORMATTER_MODULES = ("agents.tool", "agents.run_internal.tool_execution")
+FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
 # a function tool's context -> the type of the exception the SDK turned into the tool's result
 _failed_tools: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 # the task whose run encloses the running code (None: no run yet, this is the outermost)
@@ -43,53 +43,14 @@ _enclosing_run: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
 )
 
 
-def instrument() -> None:
-    try:
-        from agents.run import AgentRunner
-    except ImportError:  # a top-level ``agents`` that is not the OpenAI Agents SDK
-        logger.info("otel-blame: module 'agents' is not the OpenAI Agents SDK; not hooked")
-        return
-
-    for name, make in (("run", _wrap_run), ("run_streamed", _wrap_run_streamed)):
-        original = AgentRunner.__dict__.get(name)
-        if original is None or getattr(original, _WRAPPED, False):
-            continue
-        wrapper = make(original)
-        setattr(wrapper, _WRAPPED, True)
-        setattr(AgentRunner, name, wrapper)
-        _patches.append((AgentRunner, name, original))
-    _hook_tool_failures()
-
-
-def _hook_tool_failures() -> None:
+async def failure_formatter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """A function tool that raises answers the model with an error text (by default a fixed one);
     the SDK's formatter is the one place that still sees the exception, so a tool step can be an
     error step. Optional: without it tool steps are recorded, just never as errors."""
-    import importlib
-
-    for module_name in ("agents.tool", "agents.run_internal.tool_execution"):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        original = getattr(module, _FAILURE_FORMATTER, None)
-        if not inspect.iscoroutinefunction(original) or getattr(original, _WRAPPED, False):
-            continue
-        wrapper = _wrap_failure_formatter(original)
-        setattr(wrapper, _WRAPPED, True)
-        setattr(module, _FAILURE_FORMATTER, wrapper)
-        _patches.append((module, _FAILURE_FORMATTER, original))
-
-
-def _wrap_failure_formatter(original: Any) -> Any:
-    @functools.wraps(original)
-    async def formatter(*args: Any, **kwargs: Any) -> Any:
-        result = await original(*args, **kwargs)
-        if result is not None:
-            _note_tool_failure(kwargs.get("context"), kwargs.get("error"))
-        return result
-
-    return formatter
+    result = await wrapped(*args, **kwargs)
+    if result is not None:
+        _note_tool_failure(kwargs.get("context"), kwargs.get("error"))
+    return result
 
 
 @guarded("openai_agents.tool_failure")
@@ -101,17 +62,25 @@ def _note_tool_failure(context: Any, error: Any) -> None:
             pass
 
 
-def uninstrument() -> None:
-    while _patches:
-        owner, name, original = _patches.pop()
-        setattr(owner, name, original)
-
-
 # -- the runner: a task root when none is open, our hooks in front of the app's ---------------
 
 
+def _unbound(wrapped: Any) -> Any:
+    """The bound method wrapt hands us, called like the plain function ``(runner, *args)``."""
+    return lambda _runner, *args, **kwargs: wrapped(*args, **kwargs)
+
+
+async def run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``AgentRunner.run``: our hooks in front of the app's; a task root when none is open."""
+    return await _wrap_run(_unbound(wrapped))(instance, *args, **kwargs)
+
+
+def run_streamed(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``AgentRunner.run_streamed``: as :func:`run`, the root ending when the stream's loop does."""
+    return _wrap_run_streamed(_unbound(wrapped))(instance, *args, **kwargs)
+
+
 def _wrap_run(original: Any) -> Any:
-    @functools.wraps(original)
     async def run(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
         if current_task() is not None:
             return await _run_in_task(original, self, starting_agent, input, kwargs)
@@ -137,7 +106,6 @@ async def _run_in_task(original: Any, runner: Any, starting_agent: Any, input: A
 
 
 def _wrap_run_streamed(original: Any) -> Any:
-    @functools.wraps(original)
     def run_streamed(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
         if current_task() is not None:
             return _streamed_in_task(original, self, starting_agent, input, kwargs)
@@ -382,7 +350,7 @@ def _handoff_tool_name(from_agent: Any, to_agent: Any) -> str:
 
 
 def _name_of(agent: Any) -> str:
-    return to_text(getattr(agent, "name", None)) or "agent"
+    return name_of(agent)
 
 
 def _field(item: Any, name: str) -> Any:

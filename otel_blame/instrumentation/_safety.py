@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-logger = logging.getLogger("otel_blame.instrument")
+logger = logging.getLogger("otel_blame.instrumentation")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,0 +1,153 @@
+"""The OpenTelemetry GenAI semantic conventions: ``invoke_agent``/``execute_tool``/``chat`` spans,
+``gen_ai.agent.name``, content in ``gen_ai.*.messages`` attributes or in log records (the contrib
+``opentelemetry-instrumentation-openai-v2`` writes ``gen_ai.client.inference.operation.details``
+or the older per-message events)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+from otel_blame import semconv as sc
+
+from .model import Convention, Kind, Rank, SpanView, Vote
+from .otlp import any_value_to_python, attributes_to_dict
+from .text import messages_text, system_text, text
+
+_LLM_OPERATIONS = {sc.OP_CHAT, sc.OP_TEXT_COMPLETION, sc.OP_GENERATE_CONTENT}
+_WORKFLOW_OPERATIONS = {sc.OP_INVOKE_WORKFLOW}
+
+
+class GenAI(Convention):
+    name = "genai"
+
+    def vote(self, view: SpanView) -> Vote | None:
+        operation = view.attributes.get(sc.GEN_AI_OPERATION_NAME)
+        if operation == sc.OP_INVOKE_AGENT:
+            return Rank.AGENT, Kind.AGENT
+        if operation == sc.OP_EXECUTE_TOOL:
+            return Rank.TOOL, Kind.TOOL
+        if operation in _LLM_OPERATIONS:
+            return Rank.LLM, Kind.LLM
+        if operation in _WORKFLOW_OPERATIONS:
+            return Rank.WORKFLOW, Kind.WORKFLOW
+        return None
+
+    def agent_name(self, view: SpanView) -> str | None:
+        return text(view.attributes.get(sc.GEN_AI_AGENT_NAME)) or None
+
+    def agent_span_name(self, view: SpanView) -> str | None:
+        prefix = sc.OP_INVOKE_AGENT + " "
+        if view.span.name.startswith(prefix):
+            return view.span.name[len(prefix) :] or None
+        return None
+
+    def system_prompt(self, view: SpanView) -> str | None:
+        attrs = view.attributes
+        if attrs.get(sc.GEN_AI_SYSTEM_INSTRUCTIONS):
+            found, _ = messages_text(attrs[sc.GEN_AI_SYSTEM_INSTRUCTIONS])
+            if found:
+                return found
+        if sc.GEN_AI_INPUT_MESSAGES in attrs:
+            found = system_text(attrs[sc.GEN_AI_INPUT_MESSAGES])
+            if found:
+                return found
+        for record in view.logs:
+            name = log_event_name(record)
+            if name == sc.EVENT_SYSTEM_MESSAGE:
+                found, _ = messages_text(any_value_to_python(record.body))
+                if found:
+                    return found
+            elif name == sc.EVENT_INFERENCE_DETAILS:
+                log_attrs = attributes_to_dict(record.attributes)
+                for key in (sc.GEN_AI_SYSTEM_INSTRUCTIONS, sc.GEN_AI_INPUT_MESSAGES):
+                    if key in log_attrs:
+                        found = (
+                            messages_text(log_attrs[key])[0]
+                            if key == sc.GEN_AI_SYSTEM_INSTRUCTIONS
+                            else system_text(log_attrs[key])
+                        )
+                        if found:
+                            return found
+        return None
+
+    def tool_name(self, view: SpanView) -> str | None:
+        if view.attributes.get(sc.GEN_AI_TOOL_NAME):
+            return text(view.attributes[sc.GEN_AI_TOOL_NAME])
+        prefix = sc.OP_EXECUTE_TOOL + " "
+        if view.span.name.startswith(prefix):
+            return view.span.name[len(prefix) :] or None
+        return None
+
+    def tool_output(self, view: SpanView) -> tuple[str, str] | None:
+        if view.kind == Kind.TOOL and sc.GEN_AI_TOOL_CALL_RESULT in view.attributes:
+            return text(view.attributes[sc.GEN_AI_TOOL_CALL_RESULT]), "tool"
+        return None
+
+    def output(self, view: SpanView) -> tuple[str, str | None] | None:
+        if sc.GEN_AI_OUTPUT_MESSAGES in view.attributes:
+            found, role = messages_text(view.attributes[sc.GEN_AI_OUTPUT_MESSAGES])
+            if found:
+                return found, role
+        return None
+
+    def tool_arguments(self, view: SpanView) -> tuple[str, str] | None:
+        """Last resort for a tool span that recorded no result: what it was called with."""
+        if view.kind == Kind.TOOL and sc.GEN_AI_TOOL_CALL_ARGUMENTS in view.attributes:
+            return text(view.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS]), "tool"
+        return None
+
+    def task_input(self, root: SpanView) -> str | None:
+        if sc.GEN_AI_INPUT_MESSAGES in root.attributes:
+            return messages_text(root.attributes[sc.GEN_AI_INPUT_MESSAGES])[0] or None
+        return None
+
+    def is_error(self, view: SpanView) -> bool:
+        return sc.ERROR_TYPE in view.attributes
+
+
+class GenAIEvents(Convention):
+    """Content that a GenAI instrumentation put in log records, joined to its span by id. Asked
+    after every attribute-based dialect: attributes on the span itself are the better source."""
+
+    name = "genai-events"
+
+    def output(self, view: SpanView) -> tuple[str, str | None] | None:
+        if not view.logs:
+            return None
+        found, role = content_from_logs(view.logs, view.kind)
+        return (found, role) if found else None
+
+
+def log_event_name(record: LogRecord) -> str:
+    if record.event_name:
+        return record.event_name
+    for kv in record.attributes:
+        if kv.key == sc.EVENT_NAME:
+            return text(any_value_to_python(kv.value))
+    return ""
+
+
+def content_from_logs(records: Sequence[LogRecord], kind: Kind | None) -> tuple[str, str | None]:
+    """Output content an instrumentation put in log records instead of span attributes."""
+    texts: list[str] = []
+    role: str | None = None
+    for record in sorted(records, key=lambda r: r.time_unix_nano or r.observed_time_unix_nano):
+        name = log_event_name(record)
+        body = any_value_to_python(record.body)
+        if name == sc.EVENT_INFERENCE_DETAILS:
+            attrs = attributes_to_dict(record.attributes)
+            output = attrs.get(sc.GEN_AI_OUTPUT_MESSAGES)
+            if output is None and isinstance(body, dict):
+                output = body.get(sc.GEN_AI_OUTPUT_MESSAGES)
+            if output is not None:
+                found, role = messages_text(output)
+                texts.append(found)
+        elif name in (sc.EVENT_CHOICE, sc.EVENT_ASSISTANT_MESSAGE) or (
+            name == sc.EVENT_TOOL_MESSAGE and kind in (Kind.TOOL, Kind.CODE)
+        ):
+            found, found_role = messages_text(body)
+            texts.append(found)
+            role = found_role or ("assistant" if name != sc.EVENT_TOOL_MESSAGE else "tool")
+    return "\n".join(found for found in texts if found), role

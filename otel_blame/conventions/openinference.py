@@ -1,0 +1,97 @@
+"""OpenInference (Arize Phoenix): ``openinference.span.kind``, ``agent.name``, ``graph.node.id``,
+``input.value``/``output.value``, ``llm.input_messages.{i}.message.*`` and the LangChain
+instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and ``langgraph_checkpoint_ns``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_blame import semconv as sc
+
+from .model import Convention, Kind, Rank, SpanView, Vote
+from .text import maybe_json, messages_text, text
+
+_KINDS: dict[str, Vote] = {
+    sc.OPENINFERENCE_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
+    sc.OPENINFERENCE_KIND_TOOL: (Rank.TOOL, Kind.TOOL),
+    sc.OPENINFERENCE_KIND_LLM: (Rank.LLM, Kind.LLM),
+}
+_INPUT_MESSAGE = "llm.input_messages."
+_OUTPUT_MESSAGE = "llm.output_messages."
+
+
+def _metadata(view: SpanView) -> dict[str, Any]:
+    found = maybe_json(view.attributes.get(sc.OPENINFERENCE_METADATA))
+    return found if isinstance(found, dict) else {}
+
+
+def langgraph_node(metadata: dict[str, Any]) -> str | None:
+    """The graph node a LangChain run belongs to: the OUTERMOST node of its checkpoint namespace
+    (``researcher:<id>|agent:<id>`` is the researcher, whose prebuilt ReAct subgraph has a node
+    called ``agent``), else ``langgraph_node``."""
+    namespace = text(metadata.get(sc.LANGGRAPH_CHECKPOINT_NS))
+    outer = namespace.split("|", 1)[0].split(":", 1)[0] if namespace else ""
+    return outer or text(metadata.get(sc.LANGGRAPH_NODE)) or None
+
+
+class OpenInference(Convention):
+    name = "openinference"
+
+    def vote(self, view: SpanView) -> Vote | None:
+        return _KINDS.get(text(view.attributes.get(sc.OPENINFERENCE_SPAN_KIND)).upper())
+
+    def agent_name(self, view: SpanView) -> str | None:
+        return text(view.attributes.get(sc.OPENINFERENCE_AGENT_NAME)) or None
+
+    def agent_hint(self, view: SpanView) -> str | None:
+        node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID))
+        if node and not node.startswith("__"):  # LangGraph's __start__ / __end__ are not agents
+            return node
+        return langgraph_node(_metadata(view))
+
+    def system_prompt(self, view: SpanView) -> str | None:
+        attrs = view.attributes
+        for index in range(64):
+            role = attrs.get(f"{_INPUT_MESSAGE}{index}.message.role")
+            if role is None:
+                break
+            if role in ("system", "developer"):
+                return text(attrs.get(f"{_INPUT_MESSAGE}{index}.message.content")) or None
+        return None
+
+    def tool_name(self, view: SpanView) -> str | None:
+        return text(view.attributes.get(sc.OPENINFERENCE_TOOL_NAME)) or None
+
+    def tool_output(self, view: SpanView) -> tuple[str, str] | None:
+        if view.kind == Kind.TOOL and sc.OPENINFERENCE_OUTPUT_VALUE in view.attributes:
+            return text(view.attributes[sc.OPENINFERENCE_OUTPUT_VALUE]), "tool"
+        return None
+
+    def output(self, view: SpanView) -> tuple[str, str | None] | None:
+        attrs = view.attributes
+        texts: list[str] = []
+        role: str | None = None
+        for index in range(64):  # an LLM span's parsed output messages beat its raw response
+            prefix = f"{_OUTPUT_MESSAGE}{index}.message."
+            if prefix + "role" not in attrs and prefix + "content" not in attrs:
+                break
+            role = text(attrs.get(prefix + "role")) or role
+            texts.append(text(attrs.get(prefix + "content")))
+            for call in range(16):
+                name = attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.name")
+                if name is None:
+                    break
+                arguments = text(attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.arguments"))
+                texts.append(f"tool_call {text(name)}({arguments})")
+        if any(texts):
+            return "\n".join(found for found in texts if found), role
+        if sc.OPENINFERENCE_OUTPUT_VALUE in attrs:
+            found, role = messages_text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])
+            return (found or text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])), role
+        return None
+
+    def task_input(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE)) or None
+
+    def task_output(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE)) or None

@@ -1,0 +1,86 @@
+"""Message content in the shapes instrumentations record it, as plain text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def text(value: Any) -> str:
+    """Any attribute value as text; structured values as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def maybe_json(value: Any) -> Any:
+    """A string that holds a JSON object or array, decoded; anything else as is."""
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return text(part)
+    kind = part.get("type")
+    if kind == "tool_call":
+        return f"tool_call {part.get('name', '')}({text(part.get('arguments'))})"
+    if kind == "tool_call_response":
+        return text(part.get("response", part.get("result")))
+    for key in ("content", "text", "response"):
+        if key in part:
+            return text(part[key])
+    return ""
+
+
+def messages_text(value: Any) -> tuple[str, str | None]:
+    """Text of GenAI messages (``[{role, parts:[...]}]``, or OpenAI-style ``{role, content}``) and
+    the last message's role."""
+    value = maybe_json(value)
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return text(value), None
+    texts: list[str] = []
+    role: str | None = None
+    for message in value:
+        if not isinstance(message, dict):
+            texts.append(text(message))
+            continue
+        role = message.get("role", role)
+        if "parts" in message and isinstance(message["parts"], list):
+            texts.extend(found for found in (_part_text(part) for part in message["parts"]) if found)
+        elif "message" in message and isinstance(message["message"], dict):  # a gen_ai.choice body
+            inner_text, inner_role = messages_text(message["message"])
+            texts.append(inner_text)
+            role = inner_role or role
+        elif "content" in message:
+            content = message["content"]
+            texts.append(text(content) if not isinstance(content, list) else messages_text(content)[0])
+        if isinstance(message.get("tool_calls"), list):
+            for call in message["tool_calls"]:
+                function = call.get("function", call) if isinstance(call, dict) else {}
+                texts.append(f"tool_call {function.get('name', '')}({text(function.get('arguments'))})")
+    return "\n".join(found for found in texts if found), role
+
+
+def system_text(value: Any) -> str | None:
+    """The system message's text among chat messages (GenAI ``parts`` or OpenAI ``content``)."""
+    value = maybe_json(value)
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return None
+    for message in value:
+        if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+            found, _ = messages_text([{k: v for k, v in message.items() if k != "tool_calls"}])
+            return found or None
+    return None

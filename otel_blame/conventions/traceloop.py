@@ -1,0 +1,72 @@
+"""OpenLLMetry (Traceloop): ``traceloop.span.kind`` workflow/agent/task/tool spans with
+``traceloop.entity.*``, and LLM spans (``llm.request.type``) with ``gen_ai.prompt.{i}.*`` and
+``gen_ai.completion.{i}.*``."""
+
+from __future__ import annotations
+
+from otel_blame import semconv as sc
+
+from .model import Convention, Kind, Rank, SpanView, Vote
+from .text import messages_text, text
+
+_KINDS: dict[str, Vote] = {
+    sc.TRACELOOP_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
+    sc.TRACELOOP_KIND_TOOL: (Rank.TOOL, Kind.TOOL),
+    sc.TRACELOOP_KIND_WORKFLOW: (Rank.WORKFLOW, Kind.WORKFLOW),
+}
+
+
+class Traceloop(Convention):
+    name = "traceloop"
+
+    def vote(self, view: SpanView) -> Vote | None:
+        found = _KINDS.get(text(view.attributes.get(sc.TRACELOOP_SPAN_KIND)).lower())
+        if found is not None:
+            return found
+        if sc.LLM_REQUEST_TYPE in view.attributes:
+            return Rank.LLM, Kind.LLM
+        return None
+
+    def agent_span_name(self, view: SpanView) -> str | None:
+        return text(view.attributes.get(sc.TRACELOOP_ENTITY_NAME)) or None
+
+    def system_prompt(self, view: SpanView) -> str | None:
+        attrs = view.attributes
+        for index in range(64):
+            role = attrs.get(f"{sc.OPENLLMETRY_PROMPT_PREFIX}{index}.role")
+            if role is None:
+                break
+            if role in ("system", "developer"):
+                return text(attrs.get(f"{sc.OPENLLMETRY_PROMPT_PREFIX}{index}.content")) or None
+        return None
+
+    def tool_name(self, view: SpanView) -> str | None:
+        return text(view.attributes.get(sc.TRACELOOP_ENTITY_NAME)) or None
+
+    def tool_output(self, view: SpanView) -> tuple[str, str] | None:
+        if view.kind == Kind.TOOL and sc.TRACELOOP_ENTITY_OUTPUT in view.attributes:
+            return text(view.attributes[sc.TRACELOOP_ENTITY_OUTPUT]), "tool"
+        return None
+
+    def output(self, view: SpanView) -> tuple[str, str | None] | None:
+        attrs = view.attributes
+        if sc.TRACELOOP_ENTITY_OUTPUT in attrs:
+            return messages_text(attrs[sc.TRACELOOP_ENTITY_OUTPUT])
+        completions = sorted(
+            key
+            for key in attrs
+            if key.startswith(sc.OPENLLMETRY_COMPLETION_PREFIX) and key.endswith(".content")
+        )
+        if completions:
+            role_key = completions[-1][: -len("content")] + "role"
+            return "\n".join(text(attrs[key]) for key in completions), text(attrs.get(role_key)) or None
+        return None
+
+    def task_name(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.TRACELOOP_WORKFLOW_NAME)) or None
+
+    def task_input(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.TRACELOOP_ENTITY_INPUT)) or None
+
+    def task_output(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.TRACELOOP_ENTITY_OUTPUT)) or None

@@ -1,0 +1,28 @@
+"""otel-blame for LangGraph (``langgraph`` 1.x on ``langchain-core`` 1.x), through a callback handler.
+
+``LangGraphInstrumentor().instrument()`` (or ``opentelemetry-instrument``, entry point
+``otel_blame_langgraph``) adds a callback handler to every graph run: each node's new messages
+and each tool result are steps; a graph run outside ``task()`` gets its own root.
+"""
+
+from __future__ import annotations
+
+from otel_blame.instrumentation._base import FrameworkInstrumentor
+
+_PREGEL = "langgraph.pregel.main"
+
+
+class LangGraphInstrumentor(FrameworkInstrumentor):
+    """Wraps ``Pregel.invoke`` / ``ainvoke`` / ``stream`` / ``astream``."""
+
+    name = "otel_blame_langgraph"
+    instruments = ("langgraph >= 1.0, < 2",)
+
+    def _patch(self) -> None:
+        from otel_blame.instrumentation.langgraph import _handler
+
+        for method in ("invoke", "ainvoke", "stream", "astream"):
+            self._wrap(_PREGEL, f"Pregel.{method}", getattr(_handler, method))
+
+
+__all__ = ["LangGraphInstrumentor"]

@@ -1,0 +1,65 @@
+"""Fixtures for the third-party instrumentation tests: an in-memory SDK pipeline, and the processor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_blame import semconv as sc
+from otel_blame.conventions import attributes_to_dict, sdk_spans_to_proto
+from otel_blame.conventions.builder import Built, build_trajectory
+from tests.processor.conftest import make_processor, sink  # noqa: F401  (fixtures used by the tests here)
+from tests.support import RecordingOTLPSink
+
+SERVICE = "population-app"
+
+
+@dataclass
+class Capture:
+    exporter: InMemorySpanExporter
+    provider: TracerProvider
+
+    def spans(self) -> list[ReadableSpan]:
+        self.provider.force_flush()
+        return list(self.exporter.get_finished_spans())
+
+    def built(self) -> Built:
+        return build_trajectory(sdk_spans_to_proto(self.spans()))
+
+
+@pytest.fixture
+def capture() -> Iterator[Capture]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: SERVICE}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield Capture(exporter, provider)
+    provider.shutdown()
+
+
+def blame_through_processor(processor, downstream: RecordingOTLPSink, spans: list[ReadableSpan]) -> dict:  # noqa: ANN001
+    """Send the spans to the in-process processor over OTLP/gRPC; the culprit span as it arrived
+    downstream, as ``{"name", "span_id", "attributes"}``, plus the root's blame attributes."""
+    exporter = OTLPSpanExporter(endpoint=processor.grpc_endpoint, insecure=True)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    arrived = downstream.wait_for_spans(len(spans), timeout=20)
+    culprits = [
+        r.span for r in arrived if attributes_to_dict(r.span.attributes).get(sc.BLAME_CULPRIT) is True
+    ]
+    assert len(culprits) == 1, [r.span.name for r in arrived]
+    culprit = culprits[0]
+    return {
+        "name": culprit.name,
+        "span_id": culprit.span_id.hex(),
+        "attributes": attributes_to_dict(culprit.attributes),
+        "stats": processor.stats(),
+    }
