@@ -66,6 +66,9 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # no token needed (probes, scrapers)
 _MAX_HEADER_BYTES = 64 * 1024
+# asyncio accepts up to `backlog` connections in one go before any of them can be refused: a
+# small backlog keeps that burst (file descriptors held above the connection cap) small
+_BACKLOG = 64
 
 
 class HTTPHandler(Protocol):
@@ -367,7 +370,8 @@ class HTTPReceiver:
         host, _, port = endpoint.rpartition(":")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            self._socket = socket.create_server((host.strip("[]"), int(port)), family=family, backlog=1024)
+            address = (host.strip("[]"), int(port))
+            self._socket = socket.create_server(address, family=family, backlog=_BACKLOG)
         except OSError as error:
             raise OSError(f"cannot listen on {endpoint} (HTTP): {error.strerror or error}") from None
         self.host = host
@@ -387,6 +391,7 @@ class HTTPReceiver:
             server_header=False,
             timeout_keep_alive=config.http_keep_alive,  # type: ignore[arg-type]
             timeout_graceful_shutdown=2,
+            backlog=_BACKLOG,
             h11_max_incomplete_event_size=_MAX_HEADER_BYTES,
             ssl_context_factory=(lambda *_: http_server_context(tls)) if tls is not None else None,
         )
