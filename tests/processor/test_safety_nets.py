@@ -59,7 +59,7 @@ def test_the_planted_culprit_span_is_blamed_by_span_id(sink, make_processor) -> 
     assert [
         sid
         for sid, span in arrived.items()
-        if span.events and span.events[-1].name == sc.BLAME_ASSIGNED_EVENT
+        if any(event.name == sc.BLAME_ASSIGNED_EVENT for event in span.events)
     ] == [solver]
     solver_attrs = attributes_to_dict(arrived[solver].attributes)
     assert (solver_attrs[sc.BLAME_AGENT], solver_attrs[sc.BLAME_STEP]) == ("Solver", 1)
