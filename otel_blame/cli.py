@@ -50,6 +50,16 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "otel_blame.demo:demo",
         "Run the whole path offline: agents, processor, blame tables.",
     ),
+    LazyCommand(
+        "ui",
+        "otel_blame.ui.cli:ui_command",
+        "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",
+    ),
+    LazyCommand(
+        "top",
+        "otel_blame.ui.cli:top_command",
+        "The culprit leaderboard of a running processor, live in the terminal.",
+    ),
 )
 
 
