@@ -43,15 +43,15 @@ def _restore_what_uninstrument_leaves(monkeypatch: pytest.MonkeyPatch, packages:
 
 @pytest.fixture
 def openllmetry(capture, monkeypatch):  # noqa: ANN001, ANN201
-    """OpenLLMetry's LangChain and OpenAI instrumentations, both on, as traceloop-sdk switches them."""
+    """OpenLLMetry's LangChain instrumentation (its OpenAI one would see the same calls: the LangChain
+    one suppresses it inside model calls)."""
     from opentelemetry.instrumentation.langchain import LangchainInstrumentor
-    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     monkeypatch.setenv("TRACELOOP_TRACE_CONTENT", "true")
     originals = _restore_what_uninstrument_leaves(
         monkeypatch, ("opentelemetry.instrumentation.langchain", "opentelemetry.instrumentation.openai")
     )
-    instrumentors = [LangchainInstrumentor(), OpenAIInstrumentor()]
+    instrumentors = [LangchainInstrumentor()]
     for instrumentor in instrumentors:
         instrumentor.instrument(tracer_provider=capture.provider)
     yield capture
