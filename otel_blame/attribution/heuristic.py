@@ -29,7 +29,7 @@ class Weights:
     """How much each signal counts (one field per signal name), one set for every framework.
 
     The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
-    grid from a neutral start, every signal at 0.3) chose on the whole Who&When dev split. The
+    grid, one sweep, from a neutral start: every signal at 0.3) chose on the whole Who&When dev split. The
     accuracy reported for them is the 5-fold cross-validated accuracy of that same procedure (weights
     refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1
     (the scale); ``agent_support`` is the share of an agent's other suspect steps added to its case.
@@ -40,7 +40,7 @@ class Weights:
     soft_error: float = 0.3
     fabrication: float = 0.45
     hedging: float = 0.0
-    final_answer: float = 0.3
+    final_answer: float = 0.0
     lacking_report: float = 0.3
     approval: float = 0.3
     stuck: float = 0.3
@@ -48,7 +48,7 @@ class Weights:
     plan_gap: float = 0.3
     off_task_report: float = 0.3
     premature_acceptance: float = 0.3
-    agent_support: float = 0.1
+    agent_support: float = 0.5
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))

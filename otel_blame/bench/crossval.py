@@ -34,7 +34,7 @@ GRID: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.9, 1.2, 1.6)
 SUPPORT_GRID: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)
 FIXED: frozenset[str] = frozenset({"early_decision"})  # the scale every other weight is relative to
 FITTED: tuple[str, ...] = tuple(f.name for f in fields(Weights) if f.name not in FIXED)
-PASSES = 3
+PASSES = 1
 _STEP_SCOPE: tuple[bool, ...] = tuple(name not in AGENT_SCOPE for name in SIGNAL_NAMES)
 
 
