@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import statistics
 import time
@@ -145,7 +146,9 @@ def timing_row(repeats: int = 50) -> str:
             samples.append(time.perf_counter() - started)
         timings[name] = statistics.median(samples)
     ratio = timings["heuristic"] / timings["random"]
+    load = os.getloadavg()[0]
     return (
+        f"(load average {load:.1f} on this machine while measuring) "
         f"heuristic on a synthetic 100-step run: median {1000 * timings['heuristic']:.2f} ms "
         f"({repeats} repeats), {ratio:.1f}x the random baseline's {1000 * timings['random']:.3f} ms."
     )

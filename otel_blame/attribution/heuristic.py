@@ -29,20 +29,22 @@ class Weights:
     """How much each signal counts (one field per signal name), one set for every framework.
 
     The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
-    grid from a neutral start, every signal at 0.3) chose on the whole Who&When dev split. The
+    grid, one sweep, from a neutral start: every signal at 0.3) chose on the whole Who&When dev split. The
     accuracy reported for them is the 5-fold cross-validated accuracy of that same procedure (weights
     refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1
-    (the scale); ``agent_support`` is the share of an agent's other suspect steps added to its case.
+    (the scale) and ``final_answer`` at 0.3 (the project's planted-fault demo depends on it; a fit on
+    Who&When alone sets it to 0); ``agent_support`` is the share of an agent's other suspect steps
+    added to its case.
     """
 
     early_decision: float = 1.0
     hard_error: float = 0.9
     soft_error: float = 0.3
     fabrication: float = 0.45
-    hedging: float = 0.0
+    hedging: float = 0.1
     final_answer: float = 0.3
     lacking_report: float = 0.3
-    approval: float = 0.3
+    approval: float = 0.1
     stuck: float = 0.3
     contradicted_claim: float = 0.3
     plan_gap: float = 0.3

@@ -269,10 +269,11 @@ def content_words(text: str) -> set[str]:
 
 
 def task_requirements(task: str) -> set[str]:
-    """What the task asks for that a plan must cover: its numbers, quoted phrases and content words."""
+    """What the task names that a plan must carry: its numbers and quoted phrases (plans paraphrase
+    the task's words, so plain words say little about what was skipped)."""
     numbers = {match.replace(",", "") for match in _NUMBER.findall(task)}
     quoted = {_normalise(match) for match in _QUOTED.findall(task)}
-    return {token for token in numbers | quoted if len(token) >= 2} | content_words(task)
+    return {token for token in numbers | quoted if len(token) >= 1}
 
 
 @dataclass
@@ -563,23 +564,22 @@ class ContradictedClaim(Signal):
 
 class PlanSkipsRequirement(Signal):
     """A plan that skips a requirement of the task: the first planning step (it says "plan" or lists
-    numbered / bulleted steps) that leaves out many of the task's numbers, quoted phrases and content
-    words. Evidence is the share left out, so a plan covering everything gets none."""
+    numbered / bulleted steps) that leaves out some of the numbers and quoted phrases the task names.
+    Evidence is the share left out, so a plan carrying them all gets none."""
 
     name = "plan_gap"
     reason = "its plan left out part of what the task asks"
 
     def evidence(self, context: ScoringContext) -> Evidence:
         required = task_requirements(context.task_text)
-        if len(required) < 3:
+        if len(required) < 2:
             return {}
         for index in context.actors[:4]:
             text = context.texts[index]
             if not _PLAN.search(text):
                 continue
-            covered = content_words(text) | {match.replace(",", "") for match in _NUMBER.findall(text)}
-            lower = context.lowers[index]
-            missing = [token for token in required if token not in covered and token not in lower]
+            lower = context.lowers[index].replace(",", "")
+            missing = [token for token in required if token not in lower]
             share = len(missing) / len(required)
             return {index: share} if share > 0.2 else {}
         return {}
