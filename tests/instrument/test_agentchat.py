@@ -356,17 +356,16 @@ def test_the_apps_exceptions_pass_through_and_the_failed_run_has_a_trajectory(sp
     assert root.status.status_code is StatusCode.ERROR
     assert root.attributes[semconv.TASK_OUTCOME] == "failure"
     assert root.attributes[semconv.ERROR_TYPE] == type(hooked).__qualname__
-    # the turn that raised is an invoke_agent span with the error, under the root; it produced no
-    # message, so it is no step (as a turn without an answer is, for every framework)
+    # the turn that raised is an error step of its agent, under the root, enclosing its model call
     turn = next(s for s in spans.all() if s.name == "invoke_agent fragile")
     assert turn.status.status_code is StatusCode.ERROR
     assert turn.attributes[semconv.ERROR_TYPE] == "BadRequestError"
     assert turn.parent.span_id == root.context.span_id
-    assert semconv.STEP_INDEX not in turn.attributes
     _assert_model_calls_nest_under_turns(spans, ["fragile"])
     trajectory = _trajectory(spans)
     assert trajectory.outcome.value == "failure"
-    assert [(s.agent, s.is_error) for s in trajectory.steps] == [("user", False)]
+    assert [(s.agent, s.is_error) for s in trajectory.steps] == [("user", False), ("fragile", True)]
+    assert trajectory.steps[1].content.startswith("BadRequestError: Error code: 400")
 
 
 def test_a_hook_error_does_not_break_the_run(instrumented, calls, monkeypatch):
