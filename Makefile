@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,autogen,ag2,openai-agents,langgraph,thirdparty-tests,agentchat]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,otlp,processor,autogen,ag2,openai-agents,langgraph,thirdparty-tests,agentchat]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -28,6 +28,9 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
 GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 
 # values of gen_ai.operation.name
 OP_INVOKE_WORKFLOW = "invoke_workflow"
@@ -134,6 +137,9 @@ BLAME_REASON = "blame.reason"
 BLAME_METHOD = "blame.method"
 BLAME_MODEL = "blame.model"
 BLAME_ASSIGNED_EVENT = "blame.assigned"
+# the attribution as a GenAI evaluation result (event gen_ai.evaluation.result on the culprit span)
+EVALUATION_FAILURE_ATTRIBUTION = "failure_attribution"  # its gen_ai.evaluation.name
+EVALUATION_LABEL_CULPRIT = "culprit"  # its gen_ai.evaluation.score.label
 
 # --- span names ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from otel_blame.instrumentation._settings import CaptureSettings
@@ -76,6 +77,15 @@ def prepare(value: Any, settings: CaptureSettings) -> PreparedContent:
         return PreparedContent(window, truncated=False, redacted=redacted)
     total = len(text.encode("utf-8", errors="replace"))
     return PreparedContent(kept + truncation_marker(total), truncated=True, redacted=redacted)
+
+
+class StepKind(StrEnum):
+    """What a step is (``otel_blame.step.kind``); the same values as ``otel_blame.trajectory.StepKind``,
+    kept here so that instrumenting an app needs none of the processor's dependencies (pydantic)."""
+
+    MESSAGE = "message"
+    TOOL = "tool"
+    CODE_EXECUTION = "code_execution"
 
 
 # --- agent names and roles ----------------------------------------------------------------------

@@ -21,7 +21,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import MESSAGE_ROLES, agent_name, output_messages, prepare, to_text
+from otel_blame.instrumentation._messages import (
+    MESSAGE_ROLES,
+    StepKind,
+    agent_name,
+    output_messages,
+    prepare,
+    to_text,
+)
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import (
     _CURRENT_TASK,
@@ -32,7 +39,6 @@ from otel_blame.instrumentation._scope import (
     warn_once,
 )
 from otel_blame.instrumentation._settings import current_settings, tracer
-from otel_blame.trajectory import StepKind
 
 __all__ = ["AgentTurn", "agent_turn", "current_task", "record_message", "set_outcome", "task"]
 
@@ -200,7 +206,18 @@ class AgentTurn:
     produced no message of its own (e.g. a group chat manager around its members' turns).
     """
 
-    __slots__ = ("agent", "run", "span", "source", "answered", "index", "_closed", "_token", "_agent_id")
+    __slots__ = (
+        "agent",
+        "run",
+        "span",
+        "source",
+        "answered",
+        "index",
+        "_closed",
+        "_token",
+        "_agent_id",
+        "_name",
+    )
 
     def __init__(
         self,
@@ -220,6 +237,7 @@ class AgentTurn:
         self._closed = False
         self._token: Any = None
         self._agent_id = agent_id
+        self._name = semconv.agent_span_name(self.agent)
         initial: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
             semconv.GEN_AI_AGENT_NAME: self.agent,
@@ -238,7 +256,7 @@ class AgentTurn:
                 initial.setdefault(key, value)
         try:
             self.span: Span = tracer().start_span(
-                semconv.agent_span_name(self.agent),
+                self._name,
                 context=self.run.parent_context() if self.run is not None else None,
                 kind=SpanKind.INTERNAL,
                 attributes=initial,
@@ -293,12 +311,14 @@ class AgentTurn:
         tool_call_id: Any = None,
         is_error: bool = False,
         attributes: Mapping[str, Any] | None = None,
+        agent: Any = None,
     ) -> int | None:
         """The turn's message: the span becomes its step (index taken now). A second answer in the
-        same turn is a step of its own, a child span of the turn. Never raises."""
+        same turn is a step of its own, a child span of the turn. ``agent`` names the speaker when it
+        is known only now (e.g. a LangGraph node answering as a named agent). Never raises."""
         if self.answered or self._closed:
             return record_message(
-                self.agent,
+                agent if agent is not None else self.agent,
                 content,
                 role,
                 kind=kind,
@@ -311,6 +331,8 @@ class AgentTurn:
                 source=self.source,
                 task=self.run,
             )
+        if agent is not None:
+            self.agent = agent_name(agent)
         return self._answer(content, role, kind, tool_name, tool_calls, tool_call_id, is_error, attributes)
 
     @guarded("agent_turn.answer")
@@ -341,8 +363,8 @@ class AgentTurn:
         self.answered = True
         self.index = index
         span = self.span
-        if span_name != semconv.agent_span_name(self.agent):
-            span.update_name(span_name)  # a tool result: the turn was the tool's execution
+        if span_name != self._name:
+            span.update_name(span_name)  # a tool result (the turn was the tool's run), or a named speaker
         span.set_attributes(attributes)
         if is_error:
             span.set_status(Status(StatusCode.ERROR))

@@ -1,11 +1,12 @@
 """THE one place where blame becomes span attributes.
 
 On a failed trace: the decisive step's span gets ``blame.culprit``, ``blame.agent``,
-``blame.step``, ``blame.reason`` and a ``blame.assigned`` event; the root gets ``blame.agent``,
+``blame.step``, ``blame.reason``, a ``blame.assigned`` event and a GenAI ``gen_ai.evaluation.result``
+event (see ``evaluation_attributes``); the root gets ``blame.agent``,
 ``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
 every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
 known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
-the same root attributes into the trace, with a link to the culprit span.
+the same root attributes and the evaluation event into the trace, with a link to the culprit span.
 """
 
 from __future__ import annotations
@@ -62,6 +63,33 @@ def root_attributes(attribution: Attribution) -> dict[str, object]:
     return values
 
 
+def evaluation_attributes(attribution: Attribution, response_id: str | None = None) -> dict[str, object]:
+    """The attribution as a GenAI ``gen_ai.evaluation.result`` event: the evaluated operation is the
+    culprit step, the score its confidence, the explanation the reason (docs/semconv.md)."""
+    values: dict[str, object] = {
+        sc.GEN_AI_EVALUATION_NAME: sc.EVALUATION_FAILURE_ATTRIBUTION,
+        sc.GEN_AI_EVALUATION_SCORE_VALUE: float(attribution.confidence),
+        sc.GEN_AI_EVALUATION_SCORE_LABEL: sc.EVALUATION_LABEL_CULPRIT,
+        sc.GEN_AI_EVALUATION_EXPLANATION: attribution.reason,
+    }
+    if response_id:
+        values[sc.GEN_AI_RESPONSE_ID] = response_id
+    return values
+
+
+def _add_event(span: Span, name: str, time_unix_nano: int, attributes: dict[str, object]) -> None:
+    event = span.events.add(name=name, time_unix_nano=time_unix_nano)
+    for key, value in attributes.items():
+        _set(event.attributes, key, value)
+
+
+def _string_attribute(span: Span, key: str) -> str | None:
+    for attribute in span.attributes:
+        if attribute.key == key and attribute.value.HasField("string_value"):
+            return attribute.value.string_value
+    return None
+
+
 def step_scores(trajectory: Trajectory, attribution: Attribution) -> dict[int, float]:
     """Each step's share of blame: the method's candidate scores, the culprit at least its confidence."""
     scores = {step.index: 0.0 for step in trajectory.steps}
@@ -102,11 +130,12 @@ class BlameEnricher:
             _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
             _set(span.attributes, sc.BLAME_STEP, attribution.step)
             _set(span.attributes, sc.BLAME_REASON, attribution.reason)
-            event = span.events.add()
-            event.name = sc.BLAME_ASSIGNED_EVENT
-            event.time_unix_nano = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
-            for key, value in root_attributes(attribution).items():
-                _set(event.attributes, key, value)
+            at = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
+            _add_event(span, sc.BLAME_ASSIGNED_EVENT, at, root_attributes(attribution))
+            response_id = _string_attribute(span, sc.GEN_AI_RESPONSE_ID)
+            _add_event(
+                span, sc.GEN_AI_EVALUATION_RESULT_EVENT, at, evaluation_attributes(attribution, response_id)
+            )
             changed.add(id(span))
         for span in by_id.get(trajectory.root_span_id or "", []):
             for key, value in root_attributes(attribution).items():
@@ -135,8 +164,8 @@ class BlameEnricher:
             link.trace_id = span.trace_id
             link.span_id = bytes.fromhex(trajectory.steps[attribution.step].span_id or "")
             _set(link.attributes, sc.BLAME_CULPRIT, True)
-        event = span.events.add(name=sc.BLAME_ASSIGNED_EVENT, time_unix_nano=now)
-        _set(event.attributes, sc.BLAME_REASON, attribution.reason)
+        _add_event(span, sc.BLAME_ASSIGNED_EVENT, now, {sc.BLAME_REASON: attribution.reason})
+        _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, now, evaluation_attributes(attribution))
         request = ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
         if resource is not None:

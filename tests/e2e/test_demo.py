@@ -17,6 +17,7 @@ from otel_blame.otlp_json import parse_otlp_json
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
 
 FAILING = [task for task in TASKS if task.fault_agent is not None]
+BY_NAME = {task.name: task for task in TASKS}
 
 
 def attributes(span) -> dict:
@@ -39,12 +40,29 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
 
     files = sorted(out_dir.glob("*.otlp.json"))
     assert len(files) == len(TASKS)  # every trace, failed or not, as the processor exported it
+    blamed_tasks = []
+    for path in files:  # a run without a planted fault carries no blame at all
+        resource_spans, _ = parse_otlp_json(path.read_text())
+        spans = [span for rs in resource_spans for ss in rs.scope_spans for span in ss.spans]
+        root_attrs = attributes(next(span for span in spans if not span.parent_span_id))
+        task = BY_NAME[root_attrs[sc.TASK_NAME]]
+        blamed = [span for span in spans if any(key.startswith("blame.") for key in attributes(span))]
+        if task.fault_agent is None:
+            assert not blamed, f"{task.name} succeeded but carries blame"
+        else:
+            blamed_tasks.append(task.name)
+    assert sorted(blamed_tasks) == sorted(task.name for task in FAILING)
     for trace_id in tables:
         path = out_dir / f"{trace_id}.otlp.json"
         assert str(path) in output
         resource_spans, _ = parse_otlp_json(path.read_text())
         spans = [span for rs in resource_spans for ss in rs.scope_spans for span in ss.spans]
-        assert len(spans) == 6  # task root + user, planner, coder, executor, reviewer
+        steps = sorted(
+            (attributes(span)[sc.STEP_INDEX], attributes(span)[sc.GEN_AI_AGENT_NAME])
+            for span in spans
+            if sc.STEP_INDEX in attributes(span)
+        )
+        assert [agent for _, agent in steps] == ["user", "planner", "coder", "executor", "reviewer"]
         root = next(span for span in spans if not span.parent_span_id)
         culprits = [span for span in spans if attributes(span).get(sc.BLAME_CULPRIT) is True]
         assert len(culprits) == 1
@@ -54,9 +72,15 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
         assert 0.0 <= root_attrs[sc.BLAME_CONFIDENCE] <= 1.0
         assert root_attrs[sc.BLAME_METHOD]
         assert culprit_attrs[sc.GEN_AI_AGENT_NAME] == root_attrs[sc.BLAME_AGENT]
+        # the verdict is the planted fault: that agent, that step, marked on that agent's span
+        task = BY_NAME[root_attrs[sc.TASK_NAME]]
+        planted = (task.fault_agent, task.fault_step)
+        assert (root_attrs[sc.BLAME_AGENT], root_attrs[sc.BLAME_STEP]) == planted, task.name
+        assert (culprit_attrs[sc.GEN_AI_AGENT_NAME], culprit_attrs[sc.STEP_INDEX]) == planted, task.name
         # the table shows what is on the trace
         table = output[output.index(trace_id) :]
-        assert re.search(rf"\| blamed agent +\| {re.escape(root_attrs[sc.BLAME_AGENT])} ", table)
+        assert re.search(rf"\| blamed agent +\| {re.escape(task.fault_agent)} ", table)
+        assert re.search(rf"\| step +\| {task.fault_step} ", table)
 
 
 def test_blame_table_wraps_long_values_and_shows_the_planted_fault():
@@ -107,9 +131,14 @@ def test_demo_with_jaeger_prints_links_to_blamed_traces(tmp_path: Path):
             assert trace is not None
             culprits = [s for s in iter_spans(trace) if jaeger_tags(s).get(sc.BLAME_CULPRIT) is True]
             assert len(culprits) == 1
-            agent = jaeger_tags(culprits[0])[sc.BLAME_AGENT]
+            tags = jaeger_tags(culprits[0])
+            root = next(s for s in iter_spans(trace) if not s.get("references"))
+            task = BY_NAME[jaeger_tags(root)[sc.TASK_NAME]]
+            # in Jaeger: the planted agent and step, on that agent's span
+            assert (tags[sc.BLAME_AGENT], tags[sc.BLAME_STEP]) == (task.fault_agent, task.fault_step)
+            assert (tags[sc.GEN_AI_AGENT_NAME], tags[sc.STEP_INDEX]) == (task.fault_agent, task.fault_step)
             table = result.output[result.output.index(f"| trace id      | {trace_id}") :]
-            assert re.search(rf"\| blamed agent +\| {re.escape(agent)} ", table)
+            assert re.search(rf"\| blamed agent +\| {re.escape(task.fault_agent)} ", table)
         assert "OTLP JSON" not in result.output  # Jaeger mode writes no files
     finally:
         group.close()

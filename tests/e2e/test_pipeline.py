@@ -121,6 +121,10 @@ def test_ag2_group_chat_through_collector_and_otel_blame_into_jaeger(group: Proc
             continue
         assert len(culprits) == 1
         culprit_tags = jaeger_tags(culprits[0])
+        # the verdict is the planted fault: that agent, that step, on that agent's span
+        planted = (result.task.fault_agent, result.task.fault_step)
+        assert (root_tags[sc.BLAME_AGENT], root_tags[sc.BLAME_STEP]) == planted, result.task.name
+        assert (culprit_tags[sc.GEN_AI_AGENT_NAME], culprit_tags[sc.STEP_INDEX]) == planted
         for key in (sc.BLAME_AGENT, sc.BLAME_STEP, sc.BLAME_REASON):
             assert key in culprit_tags, f"culprit span lacks {key}"
             assert culprit_tags[key] == root_tags[key]
@@ -140,8 +144,14 @@ TRACES = 200
 STEPS = ("triage", "researcher", "writer", "reviewer")
 
 
+# The planted fault of send_failed_traces: the researcher's lookup brings in 200 EUR (step 1);
+# the writer and reviewer only carry it on.
+PLANTED_AGENT, PLANTED_STEP = "researcher", 1
+
+
 def send_failed_traces(provider: TracerProvider, count: int, on_each=None) -> None:
-    """``count`` small failed agent runs through the instrumentation API (4 steps + root each)."""
+    """``count`` small failed agent runs through the instrumentation API (4 steps + root each), each
+    with its fault planted at ``PLANTED_AGENT`` / ``PLANTED_STEP``."""
     configure(tracer_provider=provider)
     try:
         for index in range(count):
@@ -203,6 +213,25 @@ def blamed_roots(sinks: list[RecordingOTLPSink]) -> dict[str, list[dict]]:
     return roots
 
 
+def assert_planted_fault_blamed(sinks: list[RecordingOTLPSink]) -> None:
+    """Every blamed root and every culprit span names the planted agent and step."""
+    wrong = {}
+    for sink in sinks:
+        for recorded in sink.spans():
+            span_attrs = attrs(recorded)
+            if not recorded.span.parent_span_id and sc.BLAME_AGENT in span_attrs:
+                verdict = (span_attrs[sc.BLAME_AGENT], span_attrs[sc.BLAME_STEP])
+            elif span_attrs.get(sc.BLAME_CULPRIT) is True:
+                verdict = (span_attrs[sc.GEN_AI_AGENT_NAME], span_attrs[sc.STEP_INDEX])
+            else:
+                continue
+            if verdict != (PLANTED_AGENT, PLANTED_STEP):
+                wrong[recorded.trace_id] = verdict
+    assert not wrong, (
+        f"{len(wrong)} traces blamed elsewhere than {PLANTED_AGENT} step {PLANTED_STEP}: {wrong}"
+    )
+
+
 def culprit_counts(sinks: list[RecordingOTLPSink]) -> Counter:
     return Counter(
         recorded.trace_id
@@ -252,6 +281,7 @@ def test_scaled_every_trace_attributed_exactly_once_and_whole(group: ProcessGrou
         assert len(roots) == TRACES
         for trace_id, copies in roots.items():
             assert len(copies) == 1 and sc.BLAME_AGENT in copies[0], trace_id
+        assert_planted_fault_blamed(sinks)
     finally:
         for sink in sinks:
             sink.stop()
@@ -324,6 +354,7 @@ def test_scaled_replica_sigkilled_mid_run_loses_no_span(group: ProcessGroup, tmp
         assert len(roots) == TRACES
         unblamed = [t for t, copies in roots.items() if not any(sc.BLAME_AGENT in c for c in copies)]
         assert not unblamed, f"{len(unblamed)} traces reached the downstream without blame"
+        assert_planted_fault_blamed(sinks)  # and the right blame, also for traces replayed from the WAL
     finally:
         for sink in sinks:
             sink.stop()
@@ -484,6 +515,7 @@ def test_scaled_dns_resolver_routes_to_the_resolved_replicas(group: ProcessGroup
             raise AssertionError(f"{error}; got {total_unique(sinks)} spans{explain(group)}") from None
         check_delivery(sinks, counter.spans)
         # 20 traces hashed over the replicas: each resolved address got some (all to one: p = 2**-19)
+        assert_planted_fault_blamed(sinks)
         per_address = {address: len(sink.spans()) for address, sink in zip(addresses, sinks, strict=True)}
         assert all(per_address.values()), per_address
     finally:

@@ -198,6 +198,7 @@ def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
         raise RuntimeError("hook bug")
 
     monkeypatch.setattr(hooks, "record_message", broken)
+    monkeypatch.setattr(hooks, "AgentTurn", broken)
     with ScriptedLLM(SCRIPT) as llm:
         result = _build(llm).invoke(_input())
     assert result["messages"][-1].content == "Answer: about 2.1 million people."

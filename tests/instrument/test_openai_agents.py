@@ -67,6 +67,24 @@ def _handoff_team(llm: ScriptedLLM):
     return agents.Agent(name="triage", instructions="Route the question.", model=model, handoffs=[researcher])
 
 
+def _assert_turns(steps, root, nested=None):
+    """Envelope shape: each model response is the step of its turn's span (under the root, or under
+    the caller's turn for a nested run); the tool results and handoffs of that turn nest in it."""
+    nested = nested or {}
+    turns = {}
+    for step in steps:
+        agent = step.attributes[semconv.GEN_AI_AGENT_NAME]
+        if step.attributes[semconv.STEP_KIND] == "tool":
+            turn = turns[agent]
+            assert step.parent.span_id == turn.context.span_id, step.name
+            assert turn.start_time <= step.start_time and step.end_time <= turn.end_time
+        else:
+            index = step.attributes[semconv.STEP_INDEX]
+            parent = steps[nested[index]] if index in nested else root
+            assert step.parent.span_id == parent.context.span_id, step.name
+            turns[agent] = step
+
+
 def _summary(steps):
     out = []
     for step in steps:
@@ -93,7 +111,7 @@ def test_handoffs_and_tools_make_ordered_steps_under_one_root(instrumented):
     assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "Paris is sunny, 21 C."
     assert root.attributes[semconv.INSTRUMENTATION_SOURCE] == "openai_agents"
     assert [s.attributes[semconv.STEP_INDEX] for s in steps] == list(range(len(HANDOFF_STEPS)))
-    assert all(s.parent.span_id == root.context.span_id for s in steps)
+    _assert_turns(steps, root)
     assert len({s.context.trace_id for s in spans.all()}) == 1
     assert [s.start_time for s in steps] == sorted(s.start_time for s in steps)
     call = json.loads(steps[3].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
@@ -208,7 +226,7 @@ def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(span
     assert root.name == "invoke_workflow primality"
     assert semconv.TASK_FINAL_OUTPUT not in root.attributes  # the app's task: the app sets its outcome
     assert len(spans.all()) == 8
-    assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
+    _assert_turns(spans.steps(), root, nested={2: 1})  # the analyst was asked inside the planner's turn
 
 
 def test_a_streamed_run_has_its_own_root_that_ends_with_the_stream(instrumented):
@@ -227,7 +245,7 @@ def test_a_streamed_run_has_its_own_root_that_ends_with_the_stream(instrumented)
     root = spans.root()
     assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "Paris is sunny, 21 C."
     assert root.end_time >= max(s.end_time for s in spans.steps())
-    assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
+    _assert_turns(spans.steps(), root)
 
     spans.exporter.clear()
 

@@ -39,7 +39,7 @@ def test_failed_trace_gets_blame_on_the_right_spans(sink, make_processor) -> Non
     culprit_attrs = attributes_to_dict(culprit.attributes)
     assert culprit_attrs[sc.BLAME_CULPRIT] is True
     assert culprit_attrs[sc.BLAME_STEP] == root_attrs[sc.BLAME_STEP]
-    assert [e.name for e in culprit.events] == [sc.BLAME_ASSIGNED_EVENT]
+    assert [e.name for e in culprit.events] == [sc.BLAME_ASSIGNED_EVENT, sc.GEN_AI_EVALUATION_RESULT_EVENT]
     for agent in ("Planner", "Solver", "Critic"):
         assert sc.BLAME_SCORE in attributes_to_dict(by_name[sc.agent_span_name(agent)].attributes)
     # originals untouched

@@ -20,11 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, set_outcome, task
 from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
 
 SOURCE = "ag2"
 # the task whose ag2 turn encloses the running code (None: no turn yet, this is the outermost)

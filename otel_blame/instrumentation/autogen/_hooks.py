@@ -22,11 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
 from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
 
 SOURCE = "autogen"
 # an agent's turn whose reply is generated but not yet sent: (turn, when generate_reply returned)

@@ -12,6 +12,7 @@ after the graph.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import threading
@@ -21,14 +22,79 @@ from typing import Any
 from uuid import UUID
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, to_text
-from otel_blame.instrumentation._safety import guarded
+from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, StepKind, to_text
+from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import record_message
-from otel_blame.trajectory import StepKind
+from otel_blame.instrumentation.api import AgentTurn, record_message
 
 SOURCE = "langgraph"
 _ROLES = LANGCHAIN_ROLES
+
+
+# the turn of the graph node the running code is inside (its envelope span)
+_node_turn: contextvars.ContextVar[AgentTurn | None] = contextvars.ContextVar(
+    "otel_blame_langgraph_node_turn", default=None
+)
+
+
+def _open_node_turn(pregel_task: Any) -> AgentTurn | None:
+    run = current_task()
+    name = getattr(pregel_task, "name", None)
+    if run is None or not isinstance(name, str) or not name or name.startswith("__"):
+        return None
+    try:
+        return AgentTurn(name, task=run, source=SOURCE)
+    except Exception:
+        HOOK_ERRORS.record("langgraph.node_turn")
+        return None
+
+
+def _end_node_turn(turn: AgentTurn, error: BaseException | None) -> None:
+    if error is not None and not _is_control_flow(error):
+        turn.fail(error)
+    turn.close()
+
+
+def node_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``run_with_retry``: one node's run is a turn, an ``invoke_agent {node}`` envelope span current
+    while the node runs (so the LLM and tool spans of the node nest under it); the node's message
+    becomes the turn's step."""
+    turn = _open_node_turn(args[0] if args else kwargs.get("task"))
+    if turn is None:
+        return wrapped(*args, **kwargs)
+    token = _node_turn.set(turn)
+    turn.activate()
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as error:
+        turn.deactivate()
+        _end_node_turn(turn, error)
+        raise
+    finally:
+        _node_turn.reset(token)
+    turn.deactivate()
+    _end_node_turn(turn, None)
+    return result
+
+
+async def anode_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``arun_with_retry``: as :func:`node_run`, for async graph runs."""
+    turn = _open_node_turn(args[0] if args else kwargs.get("task"))
+    if turn is None:
+        return await wrapped(*args, **kwargs)
+    token = _node_turn.set(turn)
+    turn.activate()
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as error:
+        turn.deactivate()
+        _end_node_turn(turn, error)
+        raise
+    finally:
+        _node_turn.reset(token)
+    turn.deactivate()
+    _end_node_turn(turn, None)
+    return result
 
 
 def _unbound(wrapped: Any) -> Any:
@@ -308,7 +374,7 @@ class _HandlerMixin:
             for message in messages:
                 self._record(message, node.name, started=node.started_ns)
         elif not node.has_child_nodes and _has_content(outputs):
-            record_message(
+            self._step(
                 node.name,
                 _plain(outputs),
                 "assistant",
@@ -327,7 +393,7 @@ class _HandlerMixin:
             node = self._nodes.pop(run_id, None)
         if node is None or node.has_child_nodes or _is_control_flow(error):
             return
-        record_message(
+        self._step(
             node.name,
             f"{type(error).__name__}: {error}",
             "assistant",
@@ -370,7 +436,7 @@ class _HandlerMixin:
             with self._lock:
                 self._recorded_tool_calls.add(call_id)
             self._remember(output)
-        record_message(
+        self._step(
             node.name if node is not None else tool_name,
             _text(output),
             "tool",
@@ -391,6 +457,17 @@ class _HandlerMixin:
             self._tools.pop(run_id, None)
 
     # internals ----------------------------------------------------------------------------------
+    def _step(self, agent: str, content: Any, role: str = "assistant", **fields: Any) -> None:
+        """A step: the answer of the running node's turn when it is this agent's, else a span of its own."""
+        turn = _node_turn.get()
+        if turn is not None and not turn.answered and turn.run is self.run:
+            fields.pop("start_time_ns", None)
+            fields.pop("source", None)
+            fields.pop("task", None)
+            turn.answer(content, role, agent=agent, **fields)
+            return
+        record_message(agent, content, role, **fields)
+
     def _enclosing_node(self, run_id: UUID | None) -> _Node | None:
         """The nearest node run at or above ``run_id`` (caller holds the lock)."""
         seen = 0
@@ -435,7 +512,7 @@ class _HandlerMixin:
         agent = name if isinstance(name, str) and name and role != "tool" else node_name
         calls = _tool_calls(message)
         text = _text(message)
-        record_message(
+        self._step(
             agent,
             text if text or not calls else None,
             role,

@@ -2,7 +2,9 @@
 
 ``OpenAIAgentsInstrumentor().instrument()`` (or ``opentelemetry-instrument``, entry point
 ``otel_blame_openai_agents``) puts run hooks of ours in front of the app's on every run: each model
-response, tool result and handoff is a step; a run outside ``task()`` gets its own root.
+response, tool result and handoff is a step; each turn of the runner loop (a model call and the
+tools it asks for) is an ``invoke_agent {agent}`` envelope span carrying the model's response; a run
+outside ``task()`` gets its own root.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
 
         self._wrap(_RUNNER, "AgentRunner.run", _hooks.run)
         self._wrap(_RUNNER, "AgentRunner.run_streamed", _hooks.run_streamed)
+        self._wrap(_RUNNER, "run_single_turn", _hooks.single_turn)  # imported by name into agents.run
+        self._wrap("agents.run_internal.run_loop", "run_single_turn_streamed", _hooks.single_turn)
         for module_name in _hooks.FAILURE_FORMATTER_MODULES:
             try:
                 module = importlib.import_module(module_name)

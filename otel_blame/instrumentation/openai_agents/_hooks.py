@@ -26,13 +26,16 @@ import weakref
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import name_of, to_text
+from otel_blame.instrumentation._messages import StepKind, name_of, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import record_message
-from otel_blame.trajectory import StepKind
+from otel_blame.instrumentation.api import AgentTurn, record_message
 
 SOURCE = "openai_agents"
+# the agent turn (one model call and the tools it asked for) the running code is inside
+_turn: contextvars.ContextVar[AgentTurn | None] = contextvars.ContextVar(
+    "otel_blame_openai_agents_turn", default=None
+)
 FAILURE_FORMATTER_MODULES = ("agents.tool", "agents.run_internal.tool_execution")
 FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
 # a function tool's context -> the type of the exception the SDK turned into the tool's result
@@ -63,6 +66,33 @@ def _note_tool_failure(context: Any, error: Any) -> None:
 
 
 # -- the runner: a task root when none is open, our hooks in front of the app's ---------------
+
+
+async def single_turn(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``run_single_turn`` / ``run_single_turn_streamed``: one turn of the runner loop (a model call
+    and the tools it asks for) inside an envelope span ``invoke_agent {agent}``, current while the
+    turn runs, so the model client's ``chat`` span and the tool steps nest under it."""
+    bindings = kwargs.get("bindings", args[1] if len(args) > 1 else None)
+    turn = _open_turn(getattr(bindings, "public_agent", None))
+    if turn is None:
+        return await wrapped(*args, **kwargs)
+    token = _turn.set(turn)
+    try:
+        with turn:
+            return await wrapped(*args, **kwargs)
+    finally:
+        _turn.reset(token)
+
+
+def _open_turn(agent: Any) -> AgentTurn | None:
+    run_ = current_task()
+    if run_ is None or agent is None:
+        return None
+    try:
+        return AgentTurn(_name_of(agent), task=run_, source=SOURCE)
+    except Exception:
+        HOOK_ERRORS.record("openai_agents.turn")
+        return None
 
 
 def _unbound(wrapped: Any) -> Any:
@@ -275,9 +305,17 @@ class _StepRecorder:
                     self._calls_by_name[name] = call_id
             elif kind == "reasoning":
                 continue
+        content = "\n".join(t for t in texts if t) if texts or not calls else None
+        turn = _turn.get()
+        if turn is not None and not turn.answered and turn.run is self.run and turn.agent == _name_of(agent):
+            # the response is the answer of the turn enclosing this model call (its envelope span)
+            turn.answer(
+                content, "assistant", tool_calls=calls or None, attributes=_usage_attributes(response, agent)
+            )
+            return
         record_message(
             _name_of(agent),
-            "\n".join(t for t in texts if t) if texts or not calls else None,
+            content,
             "assistant",
             tool_calls=calls or None,
             start_time_ns=started,
