@@ -61,7 +61,7 @@ CREWAI_STAMP := $(CREWAI_VENV)/.installed
 $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 	$(PYTHON) -m venv $(CREWAI_VENV)
 	$(CREWAI_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,crewai]'
+	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai]'
 	touch $(CREWAI_STAMP)
 
 test-crewai: $(CREWAI_STAMP)
