@@ -9,16 +9,14 @@ the click command, and the one-line help shown in ``otel-blame --help``.
 from __future__ import annotations
 
 import importlib
-import logging
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import click
 
 from otel_blame import __version__
 
 
-@dataclass(frozen=True)
-class LazyCommand:
+class LazyCommand(NamedTuple):
     """A subcommand known by name and help line; its module is imported on first use."""
 
     name: str
@@ -51,6 +49,16 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "demo",
         "otel_blame.demo:demo",
         "Run the whole path offline: agents, processor, blame tables.",
+    ),
+    LazyCommand(
+        "ui",
+        "otel_blame.ui.cli:ui_command",
+        "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",
+    ),
+    LazyCommand(
+        "top",
+        "otel_blame.ui.cli:top_command",
+        "The culprit leaderboard of a running processor, live in the terminal.",
     ),
 )
 
@@ -103,6 +111,8 @@ def main(verbose: int) -> None:
 
     Run 'otel-blame COMMAND --help' for the options of a command.
     """
+    import logging  # here, not at the top: --help and --version stay fast
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
