@@ -3,9 +3,12 @@
 Modes (interleaved, each repeated ``--repetitions`` times, median reported):
 
 * ``plain``      no tracing at all (the baseline);
-* ``otel_blame`` OtelBlameInstrumentor on, BatchSpanProcessor + OTLP/gRPC exporter to a loopback sink;
+* ``otel_blame`` OtelBlameInstrumentor on, BatchSpanProcessor + OTLP/gRPC exporter to a loopback sink:
+                 every agent turn an ``invoke_agent`` envelope span, every message a step;
 * ``ag2``        AG2's own tracing (``autogen.opentelemetry.instrument_agent`` on every agent), same
-                 exporter pipeline: the baseline a user would otherwise pick.
+                 exporter pipeline: the baseline a user would otherwise pick;
+* ``openinference`` OpenInference's AG2 instrumentation (``openinference-instrumentation-ag2``, the
+                 ``bench`` extra), same exporter pipeline; left out with a note when not installed.
 
 The chat is a round-robin group chat of four LLM agents; every reply comes from the scripted
 OpenAI-compatible server over loopback HTTP through the real ``openai`` client (``--llm http``), or
@@ -40,7 +43,19 @@ from otel_blame.demo.scripted_llm import ScriptedLLM
 from otel_blame.demo.span_recorder import RecordingOTLPSink
 from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
 
-MODES = ("plain", "otel_blame", "ag2")
+ALL_MODES = ("plain", "otel_blame", "ag2", "openinference")
+
+
+def _available_modes() -> tuple[str, ...]:
+    import importlib.util
+
+    if importlib.util.find_spec("openinference.instrumentation.ag2") is None:
+        print("# openinference-instrumentation-ag2 not installed (pip install -e '.[bench]'): mode left out")
+        return ALL_MODES[:3]
+    return ALL_MODES
+
+
+MODES = _available_modes()
 AGENTS = ("planner", "researcher", "coder", "reviewer")
 
 
@@ -157,10 +172,15 @@ def run_once(
     """One timed chat. The provider (and its gRPC channel) lives across runs, as in a real app."""
     from autogen.opentelemetry import instrument_agent
 
-    instrumentor = OtelBlameInstrumentor()
+    instrumentor: Any = OtelBlameInstrumentor()
     if mode == "otel_blame":
         configure(tracer_provider=provider)
         instrumentor.instrument()
+    elif mode == "openinference":
+        from openinference.instrumentation.ag2 import AG2Instrumentor
+
+        instrumentor = AG2Instrumentor()
+        instrumentor.instrument(tracer_provider=provider)
     try:
         starter, manager, everyone = _build_chat(llm, messages)
         if mode == "ag2":
@@ -176,14 +196,17 @@ def run_once(
         if mode == "otel_blame":
             instrumentor.uninstrument()
             reset_configuration()
+        elif mode == "openinference":
+            instrumentor.uninstrument()
     exported = 0
     if provider is not None:
         provider.force_flush(30_000)
         exported = sink.span_count()
     cpu_seconds = time.process_time() - cpu_started
     count = len(result.chat_history)
-    if mode == "otel_blame" and exported != count + 1:
-        raise RuntimeError(f"expected {count + 1} spans at the sink, got {exported}")
+    # one step per message, the task root and the group chat manager's turn (an envelope, no step)
+    if mode == "otel_blame" and exported != count + 2:
+        raise RuntimeError(f"expected {count + 2} spans at the sink, got {exported}")
     return RunResult(mode, seconds, cpu_seconds, repetition, count, exported)
 
 
@@ -230,11 +253,21 @@ def summarise(results: list[RunResult]) -> list[ModeSummary]:
 _MICRO_CHUNK = 2_000
 
 
-def _per_call_us(provider: Any, calls: int) -> float:
+def _turn(agent: str, text: str) -> None:
+    """One agent turn in the envelope form: the span opened and made current, answered, ended."""
+    from otel_blame.instrument import agent_turn
+
+    with agent_turn(agent) as turn:
+        turn.answer(text)
+
+
+def _per_call_us(provider: Any, calls: int, envelope: bool = False) -> float:
     from otel_blame.instrument import record_message, task
 
     configure(tracer_provider=provider)
     text = _reply_text(1)
+    if envelope:
+        record_message = _turn  # noqa: F811 - the same loop, one agent turn per message
     try:
         with task("micro"):
             for i in range(200):  # warm-up
@@ -246,12 +279,12 @@ def _per_call_us(provider: Any, calls: int) -> float:
             # chunks well below the batch queue (8192), each flushed inside the timing: every span
             # is exported and counted, none dropped by a full queue
             for chunk_start in range(0, calls, _MICRO_CHUNK):
-                started = time.perf_counter()
+                started = time.process_time()
                 for i in range(chunk_start, min(calls, chunk_start + _MICRO_CHUNK)):
                     record_message(AGENTS[i % 4], text)
                 if flush is not None:
                     flush(30_000)
-                seconds += time.perf_counter() - started
+                seconds += time.process_time() - started
     finally:
         if hasattr(provider, "force_flush"):
             provider.force_flush(30_000)
@@ -263,24 +296,32 @@ def _bare_span_us(calls: int) -> float:
     """The SDK alone: a span with the same eight attributes, no processor."""
     tracer = TracerProvider().get_tracer("bench")
     attributes = {f"attribute.{i}": "v" * 40 for i in range(7)} | {"index": 1}
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(calls):
         tracer.start_span("invoke_agent a", attributes=attributes).end()
-    return (time.perf_counter() - started) / calls * 1e6
+    return (time.process_time() - started) / calls * 1e6
 
 
 def micro_breakdown(provider: TracerProvider, calls: int) -> dict[str, float]:
-    """µs per ``record_message`` of a 400-character message, split into where the time goes."""
+    """CPU µs (this process, all threads: the exporter's too) per ``record_message`` of a 400-character
+    message, split into where the time goes. CPU time, not wall time: on a shared machine the wall
+    clock also counts the time other processes hold the cores."""
     from opentelemetry.trace import NoOpTracerProvider
 
     return {
         "otel-blame's own work (no-op tracer: coercion, cap, redaction, JSON, step index)": _per_call_us(
             NoOpTracerProvider(), calls
         ),
+        "the same for one agent turn (agent_turn: envelope opened, made current, answered, ended)": (
+            _per_call_us(NoOpTracerProvider(), calls, envelope=True)
+        ),
         "SDK span alone (same 8 attributes, no processor)": _bare_span_us(calls),
         "record_message, SDK tracer, no span processor": _per_call_us(TracerProvider(), calls),
         "record_message, BatchSpanProcessor + OTLP/gRPC exporter (export included)": _per_call_us(
             provider, calls
+        ),
+        "agent_turn, BatchSpanProcessor + OTLP/gRPC exporter (export included)": _per_call_us(
+            provider, calls, envelope=True
         ),
     }
 
@@ -327,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {s.wall_added_us:+.1f} | {s.wall_ratio:.3f} | {s.cpu_median:.4f} "
                     f"| {s.cpu_added_us:+.1f} | {s.cpu_ratio:.3f} |"
                 )
-        print("\n| record_message of a 400-character message | µs per call |\n| --- | --- |")
+        print("\n| record_message of a 400-character message | CPU µs per call |\n| --- | --- |")
         for label, micro in micro_breakdown(providers["otel_blame"], args.micro_calls).items():
             print(f"| {label} | {micro:.1f} |")
         for provider in providers.values():

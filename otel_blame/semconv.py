@@ -54,6 +54,8 @@ EVENT_NAME = "event.name"
 ENV_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 # otel-blame's own settings: per-message content cap in bytes (default 64 KiB)
 ENV_MAX_CONTENT_BYTES = "OTEL_BLAME_MAX_CONTENT_BYTES"
+# level of the log line with a finished run's trace id (default INFO; WARNING shows it with no logging set up)
+ENV_TRACE_ID_LOG_LEVEL = "OTEL_BLAME_TRACE_ID_LOG_LEVEL"
 # the instrumentation scope (tracer name) of every span otel_blame.instrument emits
 INSTRUMENTATION_SCOPE = "otel_blame.instrument"
 

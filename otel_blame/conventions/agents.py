@@ -69,10 +69,31 @@ class AgentResolver:
             if found:
                 self.known.setdefault(found, None)
 
+    def hint(self, view: SpanView) -> str | None:
+        """The graph node the span ran in, from the span or its nearest ancestor that says."""
+        for candidate in (view, *self.graph.ancestors(view)):
+            found = first(self.conventions, "agent_hint", candidate)
+            if found:
+                return found
+        return None
+
+    def runs_apart(self, view: SpanView) -> bool:
+        """An LLM span inside an agent span that ran in a graph node of another name: a sub-agent's
+        call inside a workflow-wide agent span (OpenLLMetry wraps a whole LangGraph run in one)."""
+        agent = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        if agent is None:
+            return False
+        node = self.hint(view)
+        return bool(node) and node != (
+            _own_name(self.conventions, agent) or first(self.conventions, "agent_hint", agent)
+        )
+
     def resolve(self, view: SpanView) -> str | None:
         found = _own_name(self.conventions, view)
         if found:
             return found
+        if view.kind == Kind.LLM and self.runs_apart(view):
+            return self.hint(view)
         for ancestor in self.graph.ancestors(view):
             if ancestor.kind in (Kind.AGENT, Kind.LLM):
                 found = _own_name(self.conventions, ancestor)

@@ -242,6 +242,8 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
     # the steps: other instrumentations' spans in the same trace (AG2's own tracing, OpenInference
     # on the same LangGraph app, LLM client spans) describe the same messages again.
     declared = any(is_declared_step(view) for view in graph.views)
+    resolver = AgentResolver(CONVENTIONS, graph)
+    apart = {v.span_id for v in graph.views if not declared and v.kind == Kind.LLM and resolver.runs_apart(v)}
     step_views: list[tuple[SpanView, str, str | None]] = []
     for view in graph.views:
         if view.kind not in _STEP_KINDS:
@@ -251,12 +253,12 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
         if view is root and view.kind != Kind.AGENT and not is_declared_step(view):
             continue
         content, role = _content(view)
-        if not declared and view.kind == Kind.LLM:
+        if not declared and view.kind == Kind.LLM and view.span_id not in apart:
             if any(a.kind in (Kind.AGENT, Kind.LLM) for a in graph.ancestors(view)):
                 continue  # the agent span above is the step, or the outer LLM span of another instrumentation
         if view.kind == Kind.AGENT and not content and not declared:
             below = [d for d in graph.descendants(view) if d.kind in (Kind.AGENT, Kind.LLM)]
-            if any(d.kind == Kind.AGENT for d in below):
+            if any(d.kind == Kind.AGENT or d.span_id in apart for d in below):
                 continue  # a container of other agents, not a message of its own
             llm_below = sorted(
                 (d for d in below if d.kind == Kind.LLM), key=lambda d: d.span.start_time_unix_nano
@@ -290,9 +292,15 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
             key=lambda item: (int(item[0].attributes[sc.STEP_INDEX]), item[0].span.start_time_unix_nano)
         )
     else:
-        step_views.sort(key=lambda item: _order_by_time(item[0]))
+        # a step that encloses other steps (an agent run around its sub-agents) speaks when it ends
+        step_ids = {view.span_id for view, _, _ in step_views}
+        enclosing = {
+            view.span_id
+            for view, _, _ in step_views
+            if any(d.span_id in step_ids for d in graph.descendants(view))
+        }
+        step_views.sort(key=lambda item: _order_by_time(item[0], item[0].span_id in enclosing))
 
-    resolver = AgentResolver(CONVENTIONS, graph)
     from_service = 0
     steps: list[Step] = []
     for position, (view, content, role) in enumerate(step_views):
@@ -338,9 +346,10 @@ def _default_role(kind: StepKind) -> str:
     return {StepKind.TOOL: "tool", StepKind.CODE_EXECUTION: "code_execution"}.get(kind, "assistant")
 
 
-def _order_by_time(view: SpanView) -> tuple:
+def _order_by_time(view: SpanView, at_end: bool = False) -> tuple:
     index = view.attributes.get(sc.STEP_INDEX)
-    return (view.span.start_time_unix_nano, int(index) if isinstance(index, int) else 0)
+    time = view.span.end_time_unix_nano if at_end else view.span.start_time_unix_nano
+    return (time, int(index) if isinstance(index, int) else 0)
 
 
 def _task(graph: TraceGraph, root: SpanView | None, task_view: SpanView | None) -> Task:

@@ -4,6 +4,7 @@ instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and ``langgraph
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from otel_blame import semconv as sc
@@ -16,6 +17,10 @@ _KINDS: dict[str, Vote] = {
     sc.OPENINFERENCE_KIND_TOOL: (Rank.TOOL, Kind.TOOL),
     sc.OPENINFERENCE_KIND_LLM: (Rank.LLM, Kind.LLM),
 }
+# AGENT spans named after the method that runs the agent: smolagents' "researcher.run", CrewAI's
+# "Researcher._execute_core"; the part before the method is the agent's name unless it is a class
+_AGENT_METHOD = re.compile(r"^(?P<agent>[^.()]+)\.(?:run|_execute_core|execute_task|kickoff|invoke)$")
+_CLASS_NAME = re.compile(r"^[A-Z]\w*(?:Agent|Crew)$")
 _INPUT_MESSAGE = "llm.input_messages."
 _OUTPUT_MESSAGE = "llm.output_messages."
 
@@ -34,6 +39,13 @@ def langgraph_node(metadata: dict[str, Any]) -> str | None:
     return outer or text(metadata.get(sc.LANGGRAPH_NODE)) or None
 
 
+def _langchain_message(message: Any) -> Any:
+    """A serialised LangChain message (``{"type": "human", "data": {"content": ...}}``) as role/content."""
+    if isinstance(message, dict) and isinstance(message.get("data"), dict) and "content" in message["data"]:
+        return {"role": message.get("type", "user"), "content": message["data"]["content"]}
+    return message
+
+
 class OpenInference(Convention):
     name = "openinference"
 
@@ -42,6 +54,14 @@ class OpenInference(Convention):
 
     def agent_name(self, view: SpanView) -> str | None:
         return text(view.attributes.get(sc.OPENINFERENCE_AGENT_NAME)) or None
+
+    def agent_span_name(self, view: SpanView) -> str | None:
+        if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
+            return None
+        match = _AGENT_METHOD.match(view.span.name.strip())
+        if match and not _CLASS_NAME.match(match.group("agent")):
+            return match.group("agent").strip()
+        return None
 
     def agent_hint(self, view: SpanView) -> str | None:
         node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID))
@@ -86,12 +106,20 @@ class OpenInference(Convention):
         if any(texts):
             return "\n".join(found for found in texts if found), role
         if sc.OPENINFERENCE_OUTPUT_VALUE in attrs:
-            found, role = messages_text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])
+            value = maybe_json(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])
+            if isinstance(value, dict) and isinstance(value.get("raw"), str):  # CrewAI's TaskOutput
+                return value["raw"], "assistant"
+            found, role = messages_text(value)
             return (found or text(attrs[sc.OPENINFERENCE_OUTPUT_VALUE])), role
         return None
 
     def task_input(self, root: SpanView) -> str | None:
-        return text(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE)) or None
+        value = maybe_json(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE))
+        if isinstance(value, dict) and isinstance(value.get("messages"), list):  # a LangGraph state
+            found = messages_text([_langchain_message(m) for m in value["messages"]])[0]
+            if found:
+                return found
+        return text(value) or None
 
     def task_output(self, root: SpanView) -> str | None:
         return text(root.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE)) or None

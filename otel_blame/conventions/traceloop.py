@@ -7,7 +7,10 @@ from __future__ import annotations
 from otel_blame import semconv as sc
 
 from .model import Convention, Kind, Rank, SpanView, Vote
+from .openinference import langgraph_node
 from .text import messages_text, text
+
+_ASSOCIATION = "traceloop.association.properties."
 
 _KINDS: dict[str, Vote] = {
     sc.TRACELOOP_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
@@ -29,6 +32,17 @@ class Traceloop(Convention):
 
     def agent_span_name(self, view: SpanView) -> str | None:
         return text(view.attributes.get(sc.TRACELOOP_ENTITY_NAME)) or None
+
+    def agent_hint(self, view: SpanView) -> str | None:
+        """LangGraph's run metadata, which OpenLLMetry copies into association properties."""
+        attrs = view.attributes
+        node = langgraph_node(
+            {
+                sc.LANGGRAPH_CHECKPOINT_NS: attrs.get(_ASSOCIATION + sc.LANGGRAPH_CHECKPOINT_NS),
+                sc.LANGGRAPH_NODE: attrs.get(_ASSOCIATION + sc.LANGGRAPH_NODE),
+            }
+        )
+        return node if node and not node.startswith("__") else None
 
     def system_prompt(self, view: SpanView) -> str | None:
         attrs = view.attributes

@@ -6,7 +6,8 @@ the index is right whatever thread or asyncio task the message comes from. The c
 in a context variable (as the OpenTelemetry context does); code running where context is not
 copied (``loop.run_in_executor`` without the instrumentor) can pass ``task=run`` explicitly.
 
-When a root task ends, its trace id is logged (logger ``otel_blame.instrumentation``, INFO) and
+When a root task ends, its trace id is logged (logger ``otel_blame.instrumentation``, INFO unless
+``OTEL_BLAME_TRACE_ID_LOG_LEVEL`` says otherwise) and
 kept for :func:`last_trace_id`, so an app whose answer turns out wrong later can send
 ``otel-blame verdict TRACE_ID --failed``.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import logging
+import os
 import threading
 import time
 import uuid
@@ -302,7 +305,9 @@ def _announce_trace(run: TaskRun) -> None:
     """Keep and log the finished root task's trace id: what ``otel-blame verdict`` needs later."""
     trace_id = run.trace_id_hex
     _LAST_TRACE.trace_id = trace_id
-    logger.info(
+    level = logging.getLevelName(os.environ.get(semconv.ENV_TRACE_ID_LOG_LEVEL, "").strip().upper() or "INFO")
+    logger.log(
+        level if isinstance(level, int) else logging.INFO,
         "otel-blame: task %r ended (outcome %s), trace_id=%s; if its answer turns out wrong: "
         "otel-blame verdict %s --failed",
         run.name,

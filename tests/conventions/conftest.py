@@ -63,3 +63,16 @@ def blame_through_processor(processor, downstream: RecordingOTLPSink, spans: lis
         "attributes": attributes_to_dict(culprit.attributes),
         "stats": processor.stats(),
     }
+
+
+def send_then_verdict(processor, downstream: RecordingOTLPSink, spans: list[ReadableSpan]) -> dict:  # noqa: ANN001
+    """A run that only turned out wrong afterwards: send its spans, let the trace complete, then
+    send the late verdict (as ``otel-blame verdict`` does). The processor's answer."""
+    exporter = OTLPSpanExporter(endpoint=processor.grpc_endpoint, insecure=True)
+    try:
+        assert exporter.export(spans) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    downstream.wait_for_spans(len(spans), timeout=20)
+    trace_id = format(spans[0].context.trace_id, "032x")
+    return processor.submit_verdict(trace_id, "failure", expected_output="about 2.1 million people")

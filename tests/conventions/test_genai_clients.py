@@ -4,12 +4,17 @@ agent is known only from each call's system prompt; without one, it is the servi
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
 from otel_blame import semconv as sc
-from otel_blame.conventions import build_trajectory, sdk_logs_to_proto, sdk_spans_to_proto
+from otel_blame.conventions import attributes_to_dict, build_trajectory, sdk_logs_to_proto, sdk_spans_to_proto
 from otel_blame.trajectory import Outcome
 from tests.support import ScriptedLLM
 
@@ -17,6 +22,7 @@ from . import apps
 from .conftest import SERVICE, blame_through_processor
 
 pytest.importorskip("opentelemetry.instrumentation.openai_v2")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -72,22 +78,32 @@ def test_no_agent_anywhere_falls_back_to_the_service_name_and_says_so(openai_v2)
     assert built.notes.agent_from_service == 3 and built.notes.service == SERVICE
 
 
-def test_logfire_openai_spans_agents_from_system_prompts_and_blame(capture, sink, make_processor) -> None:  # noqa: ANN001
-    logfire = pytest.importorskip("logfire")
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+def _logfire_run(tmp_path: Path, with_openai_v2: bool = False) -> ExportTraceServiceRequest:
+    """The plain app under Logfire in a child process (see ``logfire_run``), against the scripted LLM."""
+    out = tmp_path / "spans.pb"
+    extra = ["--with-openai-v2"] if with_openai_v2 else []
+    with ScriptedLLM(apps.SCRIPT) as llm:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.conventions.logfire_run", str(out), llm.base_url, *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    return ExportTraceServiceRequest.FromString(out.read_bytes())
 
-    logfire.configure(
-        send_to_logfire=False,
-        console=False,
-        service_name=SERVICE,
-        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
-    )
-    with logfire.instrument_openai(), ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
-        apps.plain_app(llm.base_url, capture.provider.get_tracer("app"))
-    logfire.force_flush()
-    spans = capture.spans()
-    assert {s.instrumentation_scope.name for s in spans} >= {"logfire.openai", "app"}
-    built = capture.built()
+
+def test_logfire_openai_spans_agents_from_system_prompts_and_blame(tmp_path, sink, make_processor) -> None:  # noqa: ANN001
+    pytest.importorskip("logfire")
+    import grpc
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+
+    request = _logfire_run(tmp_path)
+    spans = [span for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    scopes = {ss.scope.name for rs in request.resource_spans for ss in rs.scope_spans}
+    assert {"logfire.openai", "app"} <= scopes
+    built = build_trajectory(list(request.resource_spans))
     trajectory = built.trajectory
     assert [(s.agent, s.content) for s in trajectory.steps] == [
         ("Planner", apps.PLAN),
@@ -95,7 +111,28 @@ def test_logfire_openai_spans_agents_from_system_prompts_and_blame(capture, sink
         ("Writer", apps.ANSWER),
     ]
     assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
-    culprit = blame_through_processor(make_processor(), sink, spans)
-    assert culprit["attributes"][sc.BLAME_AGENT] == "Researcher"
-    assert culprit["span_id"] == trajectory.steps[1].span_id
-    assert culprit["name"].startswith("Chat Completion with")
+    processor = make_processor()
+    with grpc.insecure_channel(processor.grpc_endpoint) as channel:
+        TraceServiceStub(channel).Export(request, timeout=10)
+    arrived = sink.wait_for_spans(len(spans), timeout=20)
+    culprits = [
+        r.span for r in arrived if attributes_to_dict(r.span.attributes).get(sc.BLAME_CULPRIT) is True
+    ]
+    assert len(culprits) == 1
+    assert attributes_to_dict(culprits[0].attributes)[sc.BLAME_AGENT] == "Researcher"
+    assert culprits[0].span_id.hex() == trajectory.steps[1].span_id
+    assert culprits[0].name.startswith("Chat Completion with")
+
+
+def test_two_client_instrumentations_on_one_call_make_one_step(tmp_path) -> None:  # noqa: ANN001
+    pytest.importorskip("logfire")
+    request = _logfire_run(tmp_path, with_openai_v2=True)
+    spans = [span for rs in request.resource_spans for ss in rs.scope_spans for span in ss.spans]
+    chats = [s for s in spans if attributes_to_dict(s.attributes).get(sc.GEN_AI_OPERATION_NAME) == sc.OP_CHAT]
+    assert len(chats) == 6  # each call seen by Logfire and by openai-v2
+    trajectory = build_trajectory(list(request.resource_spans)).trajectory
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("Planner", apps.PLAN),
+        ("Researcher", apps.FABRICATED),
+        ("Writer", apps.ANSWER),
+    ]

@@ -9,7 +9,7 @@ from otel_blame.trajectory import Outcome, StepKind
 from tests.support import ScriptedLLM
 
 from . import apps
-from .conftest import blame_through_processor
+from .conftest import blame_through_processor, send_then_verdict
 
 pytest.importorskip("openinference.instrumentation.langchain")
 
@@ -45,6 +45,7 @@ def test_langgraph_nodes_name_the_agents_and_the_researcher_is_blamed(
     ]
     assert trajectory.outcome == Outcome.FAILURE and "WrongAnswer" in (trajectory.outcome_reason or "")
     assert trajectory.task.name == "population_graph"
+    assert trajectory.task.input == apps.QUESTION  # from the serialised LangGraph state
     assert built.notes.agent_from_service == 0
 
     spans = langchain_instrumented.spans()
@@ -53,3 +54,110 @@ def test_langgraph_nodes_name_the_agents_and_the_researcher_is_blamed(
     assert culprit["span_id"] == trajectory.steps[1].span_id  # the researcher's ChatOpenAI span
     assert culprit["name"] == "ChatOpenAI"
     assert culprit["stats"]["attributed_traces"] == 1
+
+
+@pytest.fixture
+def ours_and_langchain(langchain_instrumented, monkeypatch):  # noqa: ANN001, ANN201
+    """otel-blame's instrumentation AND OpenInference's on the same app, into the same provider."""
+    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+
+    monkeypatch.delenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", raising=False)
+    reset_configuration()
+    configure(tracer_provider=langchain_instrumented.provider)
+    instrumentor = OtelBlameInstrumentor()
+    instrumentor.instrument()
+    yield langchain_instrumented
+    instrumentor.uninstrument()
+    reset_configuration()
+
+
+def test_ours_beside_openinference_counts_each_message_once(ours_and_langchain, sink, make_processor) -> None:  # noqa: ANN001
+    with ScriptedLLM(apps.SCRIPT) as llm:
+        apps.langchain_langgraph_app(llm.base_url, with_check=False).invoke(apps.langgraph_input())
+    spans = ours_and_langchain.spans()
+    scopes = {s.instrumentation_scope.name for s in spans}
+    assert "otel_blame.instrument" in scopes and any("openinference" in scope for scope in scopes)
+    assert len({s.context.trace_id for s in spans}) == 1  # one trace, both instrumentations in it
+    trajectory = ours_and_langchain.built().trajectory
+    # ours numbers the messages (the question included); OpenInference's node and LLM spans,
+    # which describe the same messages, are not extra steps
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("user", apps.QUESTION),
+        ("planner", apps.PLAN),
+        ("researcher", apps.FABRICATED),
+        ("writer", apps.ANSWER),
+    ]
+    ours = {s.context.span_id for s in spans if s.instrumentation_scope.name == "otel_blame.instrument"}
+    assert all(int(step.span_id, 16) in ours for step in trajectory.steps)
+    answer = send_then_verdict(make_processor(), sink, spans)
+    assert answer["status"] == "attributed"
+    assert answer["agent"] == "researcher" and answer["step"] == 2
+
+
+@pytest.fixture
+def openai_agents_instrumented(capture):  # noqa: ANN001, ANN201
+    pytest.importorskip("agents")
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    instrumentor = OpenAIAgentsInstrumentor()  # exclusive: the SDK's own exporter to OpenAI is replaced
+    instrumentor.instrument(tracer_provider=capture.provider)
+    yield capture
+    instrumentor.uninstrument()
+
+
+def test_openai_agents_handoffs_name_the_agents_and_a_late_verdict_blames_the_researcher(
+    openai_agents_instrumented,
+    sink,
+    make_processor,  # noqa: ANN001
+) -> None:
+    import agents
+
+    with ScriptedLLM(apps.handoff_script()) as llm:
+        result = agents.Runner.run_sync(apps.openai_agents_team(llm.base_url), apps.QUESTION)
+    assert result.final_output == apps.ANSWER
+    spans = openai_agents_instrumented.spans()
+    trajectory = openai_agents_instrumented.built().trajectory
+    # one step per agent turn (its AGENT span, content from its generation); the handoff tool
+    # spans repeat the transfer call the turn already shows
+    assert [s.agent for s in trajectory.steps] == list(apps.AGENTS)
+    assert [s.content.splitlines()[0] for s in trajectory.steps] == [apps.PLAN, apps.FABRICATED, apps.ANSWER]
+    assert {s.name for s in spans if s.context.span_id == int(trajectory.steps[1].span_id, 16)} == {
+        "researcher"
+    }
+    answer = send_then_verdict(make_processor(), sink, spans)
+    assert answer["status"] == "attributed"
+    assert answer["agent"] == "researcher" and answer["step"] == 1
+
+
+@pytest.fixture
+def smolagents_instrumented(capture):  # noqa: ANN001, ANN201
+    pytest.importorskip("smolagents")
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+
+    instrumentor = SmolagentsInstrumentor()
+    instrumentor.instrument(tracer_provider=capture.provider)
+    yield capture
+    instrumentor.uninstrument()
+
+
+def test_smolagents_managed_agents_are_named_from_their_runs_and_the_researcher_is_blamed(
+    smolagents_instrumented,
+    sink,
+    make_processor,  # noqa: ANN001
+) -> None:
+    with ScriptedLLM(apps.smolagents_script()) as llm:
+        assert apps.smolagents_team(llm.base_url).run(apps.QUESTION) == apps.ANSWER
+    spans = smolagents_instrumented.spans()
+    built = smolagents_instrumented.built()
+    trajectory = built.trajectory
+    # AGENT spans "researcher.run" etc. (no agent attribute): the agent is the part before the method;
+    # the planner's run encloses the others and speaks last
+    assert [(s.agent, s.content) for s in trajectory.steps] == [
+        ("researcher", apps.FABRICATED),
+        ("writer", apps.ANSWER),
+        ("planner", apps.ANSWER),
+    ]
+    assert built.notes.agent_from_service == 0
+    answer = send_then_verdict(make_processor(), sink, spans)
+    assert answer["status"] == "attributed"
+    assert answer["agent"] == "researcher" and answer["step"] == 0

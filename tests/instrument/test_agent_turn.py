@@ -162,3 +162,12 @@ def test_trace_id_helpers_and_the_log_line(spans, caplog):
     lines = [r.getMessage() for r in caplog.records if "trace_id=" in r.getMessage()]
     assert len(lines) == 1  # only the root task announces its trace
     assert f"trace_id={inside}" in lines[0] and f"otel-blame verdict {inside} --failed" in lines[0]
+
+
+def test_the_trace_id_line_level_can_be_raised_for_apps_without_logging_set_up(spans, caplog, monkeypatch):
+    monkeypatch.setenv(semconv.ENV_TRACE_ID_LOG_LEVEL, "warning")
+    with caplog.at_level(logging.INFO, logger="otel_blame.instrumentation"):
+        with task("answer") as run:
+            record_message("a", "x")
+    (line,) = [r for r in caplog.records if "trace_id=" in r.getMessage()]
+    assert line.levelno == logging.WARNING and run.trace_id_hex in line.getMessage()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 def _run_app(tmp_path: Path, sink: RecordingOTLPSink, llm: ScriptedLLM, **extra_env: str) -> str:
+    return _run(tmp_path, sink, llm, **extra_env).stdout
+
+
+def _run(tmp_path: Path, sink: RecordingOTLPSink, llm: ScriptedLLM, **extra_env: str) -> Any:
     env = {
         key: value
         for key, value in os.environ.items()
@@ -46,7 +52,7 @@ def _run_app(tmp_path: Path, sink: RecordingOTLPSink, llm: ScriptedLLM, **extra_
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def test_opentelemetry_instrument_exports_one_step_per_message(tmp_path):
@@ -81,3 +87,15 @@ def test_disabled_by_environment(tmp_path):
         assert "MESSAGES=4" in stdout
         spans = sink.spans()
     assert [r.span.name for r in spans if r.span.name.startswith(("invoke_agent", "invoke_workflow"))] == []
+
+
+def test_zero_code_run_tells_its_trace_id_for_a_late_verdict(tmp_path):
+    script = ["```python\nprint(6 * 7)\n```", "Done: 42"]
+    with ScriptedLLM(script) as llm, RecordingOTLPSink() as sink:
+        done = _run(tmp_path, sink, llm, OTEL_BLAME_TRACE_ID_LOG_LEVEL="WARNING")
+        received = sink.wait_for_spans(5, timeout=30)
+    (line,) = [line for line in done.stderr.splitlines() if "trace_id=" in line]
+    trace_id = re.search(r"trace_id=([0-9a-f]{32})", line).group(1)
+    assert f"otel-blame verdict {trace_id} --failed" in line
+    (root,) = [r for r in received if r.span.name.startswith("invoke_workflow")]
+    assert root.span.trace_id.hex() == trace_id
