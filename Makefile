@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit e2e-components system-packages bench clean
+.PHONY: demo test test-crewai lint unit e2e-components system-packages bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -56,8 +56,22 @@ system-packages:
 	if [ -n "$$policy" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; \
 	exit $$status
 
-test: $(STAMP) lint e2e-components system-packages
-	$(PY) -m pytest -q
+# CrewAI cannot share .venv (constraints-crewai.txt says why): its tests run in an environment of their
+# own, with the same opentelemetry, pydantic and protobuf pins.
+CREWAI_VENV ?= .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed
+
+$(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
+	$(PYTHON) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai]'
+	touch $(CREWAI_STAMP)
+
+test-crewai: $(CREWAI_STAMP)
+	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py
+
+test: $(STAMP) lint e2e-components system-packages test-crewai
+	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(CREWAI_VENV) .pytest_cache .ruff_cache *.egg-info

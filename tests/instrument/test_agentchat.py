@@ -108,7 +108,8 @@ def _trajectory(spans):
 
 
 def _model_calls(spans):
-    return sorted((s for s in spans.all() if s.name == "chat scripted-model"), key=lambda s: s.start_time)
+    probes = (s for s in spans.all() if s.instrumentation_scope.name == "model-call-probe")
+    return sorted(probes, key=lambda s: s.start_time)
 
 
 def _by_id(spans):
@@ -356,17 +357,16 @@ def test_the_apps_exceptions_pass_through_and_the_failed_run_has_a_trajectory(sp
     assert root.status.status_code is StatusCode.ERROR
     assert root.attributes[semconv.TASK_OUTCOME] == "failure"
     assert root.attributes[semconv.ERROR_TYPE] == type(hooked).__qualname__
-    # the turn that raised is an invoke_agent span with the error, under the root; it produced no
-    # message, so it is no step (as a turn without an answer is, for every framework)
+    # the turn that raised is an error step of its agent, under the root, enclosing its model call
     turn = next(s for s in spans.all() if s.name == "invoke_agent fragile")
     assert turn.status.status_code is StatusCode.ERROR
     assert turn.attributes[semconv.ERROR_TYPE] == "BadRequestError"
     assert turn.parent.span_id == root.context.span_id
-    assert semconv.STEP_INDEX not in turn.attributes
     _assert_model_calls_nest_under_turns(spans, ["fragile"])
     trajectory = _trajectory(spans)
     assert trajectory.outcome.value == "failure"
-    assert [(s.agent, s.is_error) for s in trajectory.steps] == [("user", False)]
+    assert [(s.agent, s.is_error) for s in trajectory.steps] == [("user", False), ("fragile", True)]
+    assert trajectory.steps[1].content.startswith("BadRequestError: Error code: 400")
 
 
 def test_a_hook_error_does_not_break_the_run(instrumented, calls, monkeypatch):
@@ -449,3 +449,40 @@ def test_no_trace_context_leaks_into_the_caller(instrumented, calls):
 
         before, after = asyncio.run(main())
     assert after is before
+
+
+def test_with_the_contrib_openai_v2_instrumentation_chat_spans_nest_under_the_turns(instrumented, calls):
+    """The contrib ``opentelemetry-instrumentation-openai-v2`` on as well: each of its ``chat`` spans
+    is a child of the turn of the agent that made the call, and inside that turn's time."""
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    spans = instrumented
+    openai_v2 = OpenAIInstrumentor()
+    openai_v2.instrument(tracer_provider=spans.provider)
+    try:
+        with ScriptedLLM(ROUND_ROBIN_SCRIPT) as llm:
+            asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
+    finally:
+        openai_v2.uninstrument()
+    by_id = _by_id(spans)
+    chats = sorted(
+        (
+            s
+            for s in spans.all()
+            if s.attributes.get(semconv.GEN_AI_OPERATION_NAME) == "chat"
+            and s.instrumentation_scope.name != "model-call-probe"
+        ),
+        key=lambda s: s.start_time,
+    )
+    assert len(chats) == 2
+    turns = [by_id[c.parent.span_id] for c in chats]
+    assert [t.attributes[semconv.GEN_AI_AGENT_NAME] for t in turns] == ["researcher", "reviewer"]
+    assert all(t.name.startswith("invoke_agent ") for t in turns)
+    assert all(
+        t.start_time <= c.start_time and c.end_time <= t.end_time for t, c in zip(turns, chats, strict=True)
+    )
+    # the steps are unchanged by the second instrumentation: no duplicate steps
+    assert _summary(spans.steps()) == ROUND_ROBIN_STEPS
+    assert [(s.agent, s.kind.value) for s in _trajectory(spans).steps] == [
+        (a, k) for a, k, _, _ in ROUND_ROBIN_STEPS
+    ]

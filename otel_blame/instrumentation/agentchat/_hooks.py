@@ -223,7 +223,10 @@ async def _turn_stream(turn_: _Turn, stream: Any) -> AsyncIterator[Any]:
             yield item
     except BaseException as error:
         if not answered and not isinstance(error, GeneratorExit):
+            # the turn's error is what it produced: an error step of its agent, so a run that
+            # fails before any answer still has the step that failed
             envelope.fail(error)
+            envelope.answer(f"{type(error).__name__}: {error}", is_error=True)
         raise
     finally:
         envelope.close()

@@ -1,0 +1,219 @@
+"""The CrewAI hooks: a root per kickoff, an envelope per agent task, steps for actions and tools.
+
+- ``Crew.kickoff`` (``kickoff_async`` and ``kickoff_for_each`` go through it): outside any task, a
+  root ``invoke_workflow {crew name}`` with the kickoff's inputs as input and ``CrewOutput.raw`` as
+  final output; the app's exception fails the root and passes through unchanged.
+- ``Agent.execute_task``: one agent turn, an :class:`~otel_blame.instrumentation.api.AgentTurn`
+  ``invoke_agent {role}`` current for the whole task execution (the agent's model calls and tools
+  nest under it) and answered with the agent's final answer. A coworker asked through delegation
+  runs ``execute_task`` too: its turn nests under the delegation tool's span.
+- ``execute_tool_and_check_finality`` (the executor's step for an ``Action:`` the model chose): the
+  agent's message with its tool call (the model's text, the tool and its input), under the turn.
+- ``CrewStructuredTool.invoke`` / ``ainvoke``: one ``execute_tool {tool}`` envelope per tool run;
+  a tool that raises is an error step with ``error.type`` (CrewAI retries it, then tells the model).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_blame import semconv
+from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._safety import HOOK_ERRORS
+from otel_blame.instrumentation._scope import current_task, task
+from otel_blame.instrumentation.api import AgentTurn, record_message
+from otel_blame.trajectory import StepKind
+
+SOURCE = "crewai"
+TASK_ATTRIBUTE = "otel_blame.crewai.task"
+
+# the agent turn (agent task execution) the running code belongs to
+_current_turn: contextvars.ContextVar[AgentTurn | None] = contextvars.ContextVar(
+    "otel_blame_crewai_turn", default=None
+)
+# (agent, task) of the running turn: CrewAI retries a failed task by calling execute_task again
+_retry_of: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "otel_blame_crewai_retry_of", default=None
+)
+
+
+def _name(value: Any, *attributes: str) -> str | None:
+    for attribute in attributes:
+        found = getattr(value, attribute, None)
+        if isinstance(found, str) and found.strip():
+            return found
+    return None
+
+
+# -- the crew ---------------------------------------------------------------------------------------
+
+
+def kickoff(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    if current_task() is not None:
+        return wrapped(*args, **kwargs)
+    inputs = kwargs.get("inputs", args[0] if args else None)
+    try:
+        root = task(
+            _name(instance, "name") or "crew",
+            input=to_text(inputs) if inputs else _task_descriptions(instance),
+            attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
+        )
+    except Exception:
+        HOOK_ERRORS.record("crewai.root")
+        return wrapped(*args, **kwargs)
+    with root as run:
+        result = wrapped(*args, **kwargs)
+        if run is not None:
+            _note_final_output(run, result)
+        return result
+
+
+def _task_descriptions(crew: Any) -> str | None:
+    try:
+        return "\n".join(t.description for t in getattr(crew, "tasks", None) or ()) or None
+    except Exception:
+        return None
+
+
+def _note_final_output(run: Any, result: Any) -> None:
+    try:
+        raw = getattr(result, "raw", None)
+        if isinstance(raw, str) and run.settings.capture_content:
+            run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(raw).text)
+    except Exception:
+        HOOK_ERRORS.record("crewai.final_output")
+
+
+# -- agent turns ------------------------------------------------------------------------------------
+
+
+def execute_task(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    run = current_task()
+    crew_task = kwargs.get("task", args[0] if args else None)
+    outer = _current_turn.get()
+    if run is None or (outer is not None and _retry_of.get() == (id(instance), id(crew_task))):
+        return wrapped(*args, **kwargs)  # outside a task, or CrewAI retrying the task: one turn
+    try:
+        attributes: dict[str, Any] = {}
+        goal = _name(instance, "goal")
+        if goal:
+            attributes[semconv.GEN_AI_AGENT_DESCRIPTION] = goal
+        task_name = _name(crew_task, "name", "description")
+        if task_name:
+            attributes[TASK_ATTRIBUTE] = task_name[:256]
+        turn = AgentTurn(_name(instance, "role") or "agent", task=run, source=SOURCE, attributes=attributes)
+    except Exception:
+        HOOK_ERRORS.record("crewai.turn")
+        return wrapped(*args, **kwargs)
+    token = _current_turn.set(turn)
+    retry_token = _retry_of.set((id(instance), id(crew_task)))
+    turn.activate()
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as error:
+        turn.deactivate()
+        _fail_turn(turn, error)
+        raise
+    finally:
+        for variable, reset in ((_current_turn, token), (_retry_of, retry_token)):
+            try:
+                variable.reset(reset)  # type: ignore[arg-type]
+            except ValueError:
+                pass
+        turn.deactivate()
+    turn.answer(result)
+    turn.close()
+    return result
+
+
+def _fail_turn(turn: AgentTurn, error: BaseException) -> None:
+    """A turn that raised is an error step of its agent (the error is what it produced), so a run
+    that fails before any message still has the step that failed."""
+    turn.fail(error)
+    turn.answer(f"{type(error).__name__}: {error}", is_error=True)
+    turn.close()
+
+
+# -- actions and tools ---------------------------------------------------------------------------
+
+
+def agent_action(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    turn = _current_turn.get()
+    if turn is not None:
+        action = kwargs.get("agent_action", args[0] if args else None)
+        _record_action(turn, action)
+    return wrapped(*args, **kwargs)
+
+
+def _record_action(turn: AgentTurn, action: Any) -> None:
+    """The model's ``Action:`` as the agent's message: its text and the tool call it asks for."""
+    try:
+        tool = getattr(action, "tool", None)
+        calls = None
+        if tool:
+            calls = [{"function": {"name": to_text(tool), "arguments": getattr(action, "tool_input", "")}}]
+        record_message(
+            turn.agent,
+            getattr(action, "text", None),
+            "assistant",
+            tool_calls=calls,
+            source=SOURCE,
+            task=turn.run,
+        )
+    except Exception:
+        HOOK_ERRORS.record("crewai.action")
+
+
+def _open_tool(instance: Any) -> AgentTurn | None:
+    turn = _current_turn.get()
+    if turn is None:
+        return None
+    try:
+        tool_name = _name(instance, "name") or "tool"
+        step = AgentTurn(
+            turn.agent, task=turn.run, source=SOURCE, attributes={semconv.GEN_AI_TOOL_NAME: tool_name}
+        )
+        step.activate()
+        return step
+    except Exception:
+        HOOK_ERRORS.record("crewai.tool")
+        return None
+
+
+def _close_tool(step: AgentTurn, instance: Any, result: Any, error: BaseException | None) -> None:
+    step.deactivate()
+    tool_name = _name(instance, "name") or "tool"
+    if error is not None:
+        step.fail(error)
+        text = f"{type(error).__name__}: {error}"
+        step.answer(text, "tool", kind=StepKind.TOOL, tool_name=tool_name, is_error=True)
+    else:
+        step.answer(result, "tool", kind=StepKind.TOOL, tool_name=tool_name)
+    step.close()
+
+
+def tool_invoke(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    step = _open_tool(instance)
+    if step is None:
+        return wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as error:
+        _close_tool(step, instance, None, error)
+        raise
+    _close_tool(step, instance, result, None)
+    return result
+
+
+async def tool_ainvoke(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    step = _open_tool(instance)
+    if step is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as error:
+        _close_tool(step, instance, None, error)
+        raise
+    _close_tool(step, instance, result, None)
+    return result

@@ -1,0 +1,325 @@
+"""CrewAI through ``CrewAIInstrumentor``: real crews, agents, tasks, tools and delegation, CrewAI's
+native OpenAI provider against the scripted server.
+
+CrewAI cannot share the main environment (every crewai pulls ``instructor``, which caps ``jiter`` below
+what ``openai`` 3.x needs): these tests run in the CrewAI environment, ``make test-crewai``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import httpx
+import pytest
+from opentelemetry.trace import StatusCode
+
+from otel_blame import semconv
+from otel_blame.instrument import hook_error_count, task
+from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.support import Reply, ScriptedLLM
+
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry: never sent
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+crewai = pytest.importorskip("crewai")
+
+from crewai.tools import BaseTool  # noqa: E402
+
+from otel_blame.instrumentation.crewai import CrewAIInstrumentor  # noqa: E402
+
+QUESTION = "What is the weather in Paris?"
+
+
+class LookupWeather(BaseTool):
+    name: str = "lookup_weather"
+    description: str = "Look up today's weather for a city."
+
+    def _run(self, city: str) -> str:
+        return f"{city}: sunny, 21 C"
+
+
+class LookupBroken(BaseTool):
+    name: str = "lookup_broken"
+    description: str = "Look something up in an index that is offline."
+
+    def _run(self, city: str) -> str:
+        raise ValueError("index offline")
+
+
+class ModelCalls:
+    """Every HTTP request the model client sends, as a span made where the request is made: its
+    parent is whatever span was current then (what an LLM instrumentation sees)."""
+
+    def __init__(self, provider) -> None:
+        self.tracer = provider.get_tracer("model-call-probe")
+
+    def on_request(self, request: httpx.Request) -> None:
+        self.tracer.start_span("chat scripted-model", attributes={"gen_ai.operation.name": "chat"}).end()
+
+    def llm(self, llm: ScriptedLLM):
+        model = crewai.LLM(
+            model="scripted-model",
+            provider="openai",
+            base_url=llm.base_url,
+            api_key="test-key",
+            max_retries=0,
+        )
+        model.client = model.client.with_options(
+            http_client=httpx.Client(event_hooks={"request": [self.on_request]})
+        )
+        return model
+
+
+@pytest.fixture
+def instrumented(spans, monkeypatch):
+    monkeypatch.delenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", raising=False)
+    instrumentor = CrewAIInstrumentor()
+    instrumentor.instrument(tracer_provider=spans.provider)
+    yield spans
+    instrumentor.uninstrument()
+
+
+@pytest.fixture
+def calls(spans) -> ModelCalls:
+    return ModelCalls(spans.provider)
+
+
+def _summary(steps):
+    out = []
+    for step in steps:
+        message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
+        text = " | ".join(
+            p.get("content") or p.get("response") or f"call {p.get('name')}" for p in message["parts"]
+        )
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+    return out
+
+
+def _by_id(spans):
+    return {s.context.span_id: s for s in spans.all()}
+
+
+def _model_call_turns(spans) -> list[str | None]:
+    """For each model call in order, the agent whose turn is its parent (and encloses it)."""
+    by_id = _by_id(spans)
+    found = []
+    for call in sorted(
+        (s for s in spans.all() if s.name == "chat scripted-model"), key=lambda s: s.start_time
+    ):
+        parent = by_id.get(call.parent.span_id) if call.parent else None
+        if parent is not None and parent.name.startswith("invoke_agent "):
+            assert parent.start_time <= call.start_time and call.end_time <= parent.end_time
+            found.append(parent.attributes[semconv.GEN_AI_AGENT_NAME])
+        else:
+            found.append(None)
+    return found
+
+
+ACTION = 'Thought: I need the weather.\nAction: lookup_weather\nAction Input: {"city": "Paris"}'
+SEQUENTIAL_SCRIPT = [
+    ACTION,
+    "Thought: I know it now.\nFinal Answer: Paris: sunny, 21 C",
+    "Thought: I can write it.\nFinal Answer: It is sunny in Paris today, 21 C.",
+]
+
+
+def _crew(llm: ScriptedLLM, calls: ModelCalls, tools=None):
+    model = calls.llm(llm)
+    researcher = crewai.Agent(
+        role="researcher",
+        goal="Find the facts.",
+        backstory="You look things up.",
+        llm=model,
+        tools=tools if tools is not None else [LookupWeather()],
+        allow_delegation=False,
+    )
+    writer = crewai.Agent(
+        role="writer", goal="Write the answer.", backstory="You write.", llm=model, allow_delegation=False
+    )
+    research = crewai.Task(
+        description=QUESTION, expected_output="the weather", agent=researcher, name="research"
+    )
+    write = crewai.Task(
+        description="Write one sentence about it.", expected_output="a sentence", agent=writer, name="write"
+    )
+    return crewai.Crew(agents=[researcher, writer], tasks=[research, write], name="weather_crew")
+
+
+def test_a_sequential_crew_with_a_tool(instrumented, calls):
+    spans = instrumented
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+        result = _crew(llm, calls).kickoff()
+        assert llm.calls == 3
+    assert result.raw == "It is sunny in Paris today, 21 C."
+    steps = spans.steps()
+    assert _summary(steps) == [
+        ("researcher", "message", ACTION + " | call lookup_weather"),
+        ("researcher", "tool", "Paris: sunny, 21 C"),
+        ("researcher", "message", "Paris: sunny, 21 C"),
+        ("writer", "message", "It is sunny in Paris today, 21 C."),
+    ]
+    assert [s.attributes[semconv.STEP_INDEX] for s in steps] == list(range(4))
+    root = spans.root()
+    assert root.name == "invoke_workflow weather_crew"
+    assert root.attributes[semconv.TASK_FINAL_OUTPUT] == "It is sunny in Paris today, 21 C."
+    assert root.attributes[semconv.INSTRUMENTATION_SOURCE] == "crewai"
+    action, tool, researcher, writer = steps
+    assert researcher.parent.span_id == writer.parent.span_id == root.context.span_id
+    assert action.parent.span_id == tool.parent.span_id == researcher.context.span_id
+    assert researcher.attributes["otel_blame.crewai.task"] == "research"
+    assert researcher.attributes[semconv.GEN_AI_AGENT_DESCRIPTION] == "Find the facts."
+    assert tool.name == "execute_tool lookup_weather"
+    assert researcher.start_time <= action.start_time and tool.end_time <= researcher.end_time
+    assert researcher.end_time <= writer.start_time
+    assert _model_call_turns(spans) == ["researcher", "researcher", "writer"]
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
+    assert [(s.agent, s.kind.value) for s in trajectory.steps] == [
+        ("researcher", "message"),
+        ("researcher", "tool"),
+        ("researcher", "message"),
+        ("writer", "message"),
+    ]
+    assert not any(s.is_error for s in trajectory.steps)
+
+
+def test_a_failing_tool_is_an_error_step(instrumented, calls):
+    spans = instrumented
+    action = 'Thought: look it up.\nAction: lookup_broken\nAction Input: {"city": "Paris"}'
+    script = [action, "Thought: the index is down.\nFinal Answer: no data", "Final Answer: No data today."]
+    with ScriptedLLM(script, default="Final Answer: no data") as llm:
+        result = _crew(llm, calls, tools=[LookupBroken()]).kickoff()
+    assert result.raw
+    tools = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    assert tools and all(s.status.status_code is StatusCode.ERROR for s in tools)
+    assert all(s.attributes[semconv.ERROR_TYPE] == "ValueError" for s in tools)
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
+    assert [s.is_error for s in trajectory.steps if s.kind.value == "tool"] == [True] * len(tools)
+
+
+def test_delegation_is_a_tool_step_with_the_coworkers_turn_inside(instrumented, calls):
+    spans = instrumented
+    delegate = (
+        "Thought: the researcher knows.\nAction: Delegate work to coworker\n"
+        'Action Input: {"task": "Find the weather in Paris", "context": "today", "coworker": "researcher"}'
+    )
+    script = [
+        delegate,
+        "Thought: easy.\nFinal Answer: Paris: sunny, 21 C",
+        "Thought: done.\nFinal Answer: Sunny in Paris, 21 C.",
+    ]
+    with ScriptedLLM(script) as llm:
+        model = calls.llm(llm)
+        researcher = crewai.Agent(
+            role="researcher", goal="Find facts.", backstory="b", llm=model, allow_delegation=False
+        )
+        manager = crewai.Agent(role="lead", goal="Answer.", backstory="b", llm=model, allow_delegation=True)
+        job = crewai.Task(description=QUESTION, expected_output="the weather", agent=manager)
+        result = crewai.Crew(agents=[manager, researcher], tasks=[job]).kickoff()
+    assert result.raw == "Sunny in Paris, 21 C."
+    summary = _summary(spans.steps())
+    assert [(a, k) for a, k, _ in summary] == [
+        ("lead", "message"),  # the action: delegate
+        ("researcher", "message"),  # the coworker's answer
+        ("lead", "tool"),  # the delegation tool's result
+        ("lead", "message"),  # the lead's final answer
+    ]
+    by_name = {s.name: s for s in spans.steps()}
+    delegation = by_name["execute_tool Delegate work to coworker"]
+    coworker = by_name["invoke_agent researcher"]
+    assert coworker.parent.span_id == delegation.context.span_id
+    assert _model_call_turns(spans) == ["lead", "researcher", "lead"]
+
+
+def test_a_failed_crew_run_raises_unchanged_and_has_a_trajectory(spans, calls):
+    def run():
+        with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
+            with pytest.raises(Exception) as caught:
+                _crew(llm, calls).kickoff()
+        return caught.value
+
+    plain = run()
+    spans.exporter.clear()  # the plain run's model-call probes
+    instrumentor = CrewAIInstrumentor()
+    instrumentor.instrument(tracer_provider=spans.provider)
+    try:
+        hooked = run()
+    finally:
+        instrumentor.uninstrument()
+    assert type(hooked) is type(plain) and str(hooked) == str(plain)
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.attributes[semconv.ERROR_TYPE] == type(hooked).__qualname__
+    turn = next(s for s in spans.all() if s.name == "invoke_agent researcher")
+    assert turn.status.status_code is StatusCode.ERROR and turn.parent.span_id == root.context.span_id
+    # issue 11: a failed CrewAI run under our instrumentation is a trace with agent spans
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
+    assert trajectory.outcome.value == "failure"
+    assert [(s.agent, s.is_error) for s in trajectory.steps] == [("researcher", True)]
+    assert trajectory.steps[0].content.startswith(type(hooked).__name__)
+    # CrewAI retries a failed task (execute_task calls itself): the retries stay inside one turn
+    assert len([s for s in spans.all() if s.name == "invoke_agent researcher"]) == 1
+
+
+def test_inside_a_user_task_the_crew_joins_it(instrumented, calls):
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+        with task("weather", input=QUESTION):
+            _crew(llm, calls).kickoff()
+    root = instrumented.root()
+    assert root.name == "invoke_workflow weather"
+    assert [a for a, _, _ in _summary(instrumented.steps())] == ["researcher"] * 3 + ["writer"]
+
+
+def test_uninstrument_restores_every_patched_function(spans, calls):
+    from crewai.agent.core import Agent
+    from crewai.agents import crew_agent_executor
+    from crewai.crew import Crew
+    from crewai.tools.structured_tool import CrewStructuredTool
+
+    patched = [(Crew, "kickoff"), (Agent, "execute_task"), (CrewStructuredTool, "invoke")]
+    patched += [(CrewStructuredTool, "ainvoke"), (crew_agent_executor, "execute_tool_and_check_finality")]
+    originals = [vars(owner)[name] for owner, name in patched]
+    instrumentor = CrewAIInstrumentor()
+    instrumentor.instrument(tracer_provider=spans.provider)
+    assert all(vars(owner)[name] is not o for (owner, name), o in zip(patched, originals, strict=True))
+    instrumentor.uninstrument()
+    assert all(vars(owner)[name] is o for (owner, name), o in zip(patched, originals, strict=True))
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+        _crew(llm, calls).kickoff()
+    assert spans.steps() == [] and spans.roots() == []
+
+
+def test_an_unsupported_version_is_skipped_with_one_warning(spans, caplog, monkeypatch):
+    from crewai.crew import Crew
+
+    monkeypatch.setattr(CrewAIInstrumentor, "instruments", ("crewai >= 99",))
+    original = vars(Crew)["kickoff"]
+    instrumentor = CrewAIInstrumentor()
+    with caplog.at_level(logging.WARNING):
+        instrumentor.instrument(tracer_provider=spans.provider)
+    try:
+        assert vars(Crew)["kickoff"] is original and instrumentor.patched == []
+        messages = [r.getMessage() for r in caplog.records if "crewai >= 99" in r.getMessage()]
+        assert len(messages) == 1, messages
+    finally:
+        instrumentor.uninstrument()
+
+
+def test_a_hook_error_does_not_break_the_crew(instrumented, calls, monkeypatch):
+    from otel_blame.instrumentation.crewai import _hooks
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in otel-blame")
+
+    monkeypatch.setattr(_hooks, "record_message", broken)
+    before = hook_error_count()
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+        result = _crew(llm, calls).kickoff()
+    assert result.raw == "It is sunny in Paris today, 21 C."
+    assert hook_error_count() > before
+    # what did not depend on the broken helper is still recorded: the turns and the tool run
+    assert [(a, k) for a, k, _ in _summary(instrumented.steps())] == [
+        ("researcher", "tool"),
+        ("researcher", "message"),
+        ("writer", "message"),
+    ]
