@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,otlp,processor,autogen,ag2,openai-agents,langgraph,thirdparty-tests,agentchat]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,otlp,processor,autogen,ag2,openai-agents,langgraph,thirdparty-tests,agentchat,ui,postgres]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -32,11 +32,14 @@ e2e-components:
 # OTEL_BLAME_STRICT_SKIPS=1), where a package that cannot be installed fails `make test` instead of
 # hiding tests. Services are never started: a policy-rc.d that forbids it is put in place for the
 # install when the system has none.
-SYSTEM_BINARIES := /usr/bin/promtool /usr/bin/prometheus /usr/bin/prometheus-alertmanager
+# Also Chromium + chromedriver for the web UI's browser tests (tests/ui) and the PostgreSQL server for the
+# shared blame store tests (tests/store), both from Debian.
+SYSTEM_BINARIES := /usr/bin/promtool /usr/bin/prometheus /usr/bin/prometheus-alertmanager \
+	/usr/bin/chromium /usr/bin/chromedriver /usr/bin/pg_ctlcluster
 system-packages:
 	@missing=""; for bin in $(SYSTEM_BINARIES); do [ -x "$$bin" ] || missing="$$missing $$bin"; done; \
-	if [ -z "$$missing" ]; then echo "system packages: prometheus and alertmanager present"; exit 0; fi; \
-	echo "system packages: missing$$missing; installing prometheus prometheus-alertmanager"; \
+	if [ -z "$$missing" ]; then echo "system packages: prometheus, alertmanager, chromium, chromedriver, postgresql present"; exit 0; fi; \
+	echo "system packages: missing$$missing; installing prometheus prometheus-alertmanager chromium chromium-driver postgresql"; \
 	cannot() { case "$${OTEL_BLAME_STRICT_SKIPS:-}" in 1|true|yes|on) \
 		echo "ERROR: $$1; the alerting end-to-end tests cannot run (CI does not allow them to skip)" >&2; exit 1;; \
 		*) echo "WARNING: $$1; the alerting end-to-end tests will skip" >&2; exit 0;; esac; }; \
@@ -49,7 +52,7 @@ system-packages:
 	status=0; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-		prometheus prometheus-alertmanager || status=$$?; \
+		prometheus prometheus-alertmanager chromium chromium-driver postgresql || status=$$?; \
 	if [ -n "$$policy" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; \
 	exit $$status
 

@@ -1,36 +1,121 @@
-"""The ``otel-blame`` command group; each stage contributes its own subcommands."""
+"""The ``otel-blame`` command group; each stage contributes its own subcommands.
+
+Subcommands are imported only when invoked (:class:`LazyGroup`), so ``otel-blame --help`` and
+``--version`` answer without loading gRPC, OpenTelemetry, pydantic or an LLM client. To add a
+command, add one :class:`LazyCommand` line to ``COMMANDS``: its name, ``"module:attribute"`` of
+the click command, and the one-line help shown in ``otel-blame --help``.
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
+from dataclasses import dataclass
 
 import click
 
 from otel_blame import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="otel-blame")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@dataclass(frozen=True)
+class LazyCommand:
+    """A subcommand known by name and help line; its module is imported on first use."""
+
+    name: str
+    target: str  # "package.module:command_object"
+    short_help: str
+
+
+COMMANDS: tuple[LazyCommand, ...] = (
+    LazyCommand(
+        "attribute",
+        "otel_blame.attribution.cli:attribute_command",
+        "Name the agent and step that broke a saved run (conversation or OTLP JSON file).",
+    ),
+    LazyCommand(
+        "eval",
+        "otel_blame.attribution.cli:eval_command",
+        "Score an attribution method on a Who&When-layout dataset.",
+    ),
+    LazyCommand(
+        "serve",
+        "otel_blame.processor.cli:serve",
+        "Run the blame processor in an OpenTelemetry pipeline.",
+    ),
+    LazyCommand(
+        "verdict",
+        "otel_blame.processor.cli:verdict",
+        "Send a late verdict (the run failed or succeeded) to a running processor.",
+    ),
+    LazyCommand(
+        "demo",
+        "otel_blame.demo:demo",
+        "Run the whole path offline: agents, processor, blame tables.",
+    ),
+    LazyCommand(
+        "ui",
+        "otel_blame.ui.cli:ui_command",
+        "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",
+    ),
+    LazyCommand(
+        "top",
+        "otel_blame.ui.cli:top_command",
+        "The culprit leaderboard of a running processor, live in the terminal.",
+    ),
+)
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands (``lazy``) are imported only when looked up to run."""
+
+    def __init__(self, *args: object, lazy: tuple[LazyCommand, ...] = (), **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy = {command.name: command for command in lazy}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in self.lazy:
+            return command
+        module_name, _, attribute = self.lazy[cmd_name].target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy[cmd_name].target} is not a click command")
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from the registry's help lines: listing commands imports none of them."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy and name not in self.commands:
+                rows.append((name, self.lazy[name].short_help))
+            else:
+                command = self.commands.get(name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, "-V", "--version", prog_name="otel-blame")
+@click.option("-v", "--verbose", count=True, help="More logging: -v for info, -vv for debug.")
 def main(verbose: int) -> None:
-    """Which agent broke your multi-agent LLM run, and at which step."""
+    """Which agent broke your multi-agent LLM run, and at which step.
+
+    Run 'otel-blame COMMAND --help' for the options of a command.
+    """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-
-from otel_blame.attribution.cli import attribute_command, eval_command  # noqa: E402
-
-main.add_command(attribute_command)
-main.add_command(eval_command)
-
-from otel_blame.processor.cli import serve, verdict  # noqa: E402
-
-main.add_command(serve)
-main.add_command(verdict)
-
-from otel_blame.demo import demo  # noqa: E402
-
-main.add_command(demo)
 
 if __name__ == "__main__":
     main()

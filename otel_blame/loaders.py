@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.trajectory import Outcome, Step, StepKind, Task, Trajectory
 
 # "Orchestrator (thought)", "Orchestrator (-> WebSurfer)": the speaker is the part before " (".
@@ -32,6 +35,21 @@ _TOOL_ROLES = {"tool", "function", "ipython"}
 
 class TrajectoryFormatError(ValueError):
     """The file is not a format otel-blame can read; the message says what was expected."""
+
+
+EXPECTED_FORMATS = (
+    'Expected a conversation ({"history": [...]} or {"conversation": [...]}, Who&When logs included), '
+    'or an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
+    "/api/v3/traces output)."
+)
+
+
+def _json_error(source: str, error: json.JSONDecodeError, line_offset: int = 0) -> TrajectoryFormatError:
+    """``FILE: not valid JSON at line L, column C: why. Expected …`` (no raw decoder text)."""
+    return TrajectoryFormatError(
+        f"{source}: not valid JSON at line {error.lineno + line_offset}, column {error.colno}: "
+        f"{error.msg}. {EXPECTED_FORMATS}"
+    )
 
 
 def normalise_agent(label: str) -> str:
@@ -148,6 +166,12 @@ def _looks_like_otlp(data: Any) -> bool:
 
 def trajectory_from_otlp_json(text: str, source: str | None = None) -> Trajectory:
     """OTLP JSON of one trace (file exporter lines or Jaeger ``/api/v3/traces``) -> Trajectory."""
+    return _trajectory_and_spans_from_otlp_json(text, source)[0]
+
+
+def _trajectory_and_spans_from_otlp_json(
+    text: str, source: str | None = None
+) -> tuple[Trajectory, list[Any]]:
     from otel_blame import otlp_json
     from otel_blame.spans_to_trajectory import trace_ids, trajectory_from_spans
 
@@ -176,7 +200,8 @@ def trajectory_from_otlp_json(text: str, source: str | None = None) -> Trajector
         trajectory = trajectory_from_spans(resource_spans, resource_logs)
     except ValueError as error:
         raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
-    return trajectory.model_copy(update={"source": source}) if source else trajectory
+    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
+    return trajectory, list(resource_spans)
 
 
 def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] = ()) -> Trajectory:
@@ -188,7 +213,7 @@ def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] =
     return trajectory_from_spans(sdk_spans_to_proto(spans), resource_logs)
 
 
-def _json_documents(text: str) -> list[dict[str, Any]]:
+def _json_documents(text: str, source: str = "input") -> list[dict[str, Any]]:
     """One JSON document, or one per non-empty line (the Collector file exporter writes lines)."""
     try:
         whole = json.loads(text)
@@ -203,46 +228,196 @@ def _json_documents(text: str) -> list[dict[str, Any]]:
         try:
             document = json.loads(line)
         except json.JSONDecodeError as error:
-            raise TrajectoryFormatError(f"line {number} is not JSON: {error.msg}") from None
+            raise _json_error(source, error, line_offset=number - 1) from None
         if not isinstance(document, dict):
-            raise TrajectoryFormatError(f"line {number} is not a JSON object")
+            raise TrajectoryFormatError(
+                f"{source}: line {number} is not a JSON object (not JSON lines). {EXPECTED_FORMATS}"
+            )
         documents.append(document)
     return documents
 
 
-def load_trajectory(path: str | Path) -> Trajectory:
-    """Read a saved run, detecting its format; raise TrajectoryFormatError saying what is wrong."""
+def read_text(path: str | Path, on_progress: Callable[[int, int], None] | None = None) -> str:
+    """The file as UTF-8 text; ``on_progress(bytes_read, total)`` is called per 1 MiB read.
+
+    Errors name the file and what was wrong, never a raw codec message."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise TrajectoryFormatError(f"cannot read {path}: {error}") from None
-    return parse_trajectory(text, source=str(path))
+        total = path.stat().st_size
+        chunks = []
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                chunks.append(chunk)
+                if on_progress is not None:
+                    on_progress(sum(map(len, chunks)), total)
+        data = b"".join(chunks)
+    except IsADirectoryError:
+        raise TrajectoryFormatError(f"cannot read {path}: it is a directory, expected a file") from None
+    except OSError as error:
+        raise TrajectoryFormatError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise TrajectoryFormatError(
+            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}, line {line}); "
+            f"{EXPECTED_FORMATS}"
+        ) from None
+
+
+_CHUNK = 1 << 20
+
+
+def load_trajectory(path: str | Path) -> Trajectory:
+    """Read a saved run, detecting its format; raise TrajectoryFormatError saying what is wrong."""
+    return parse_trajectory(read_text(path), source=str(path))
 
 
 def parse_trajectory(text: str, source: str | None = None) -> Trajectory:
     """Parse the text of a saved run in any supported format."""
+    return _parse(text, source or "input")[0]
+
+
+class Annotation(BaseModel):
+    """The known answer a file carries (Who&When ``mistake_agent`` / ``mistake_step``)."""
+
+    agent: str | None = None
+    step: int | None = None
+    reason: str | None = None
+
+
+class SavedRun(BaseModel):
+    """A saved run as the ``attribute`` command needs it: the trajectory, the blame already on
+    it (an OTLP file the processor enriched) with per-step scores, and the file's annotation."""
+
+    trajectory: Trajectory
+    recorded: Attribution | None = None
+    recorded_scores: dict[int, float] = {}
+    annotation: Annotation | None = None
+
+
+def load_saved_run(path: str | Path, on_progress: Callable[[int, int], None] | None = None) -> SavedRun:
+    """Read a saved run with what it already knows: recorded ``blame.*`` and any annotation."""
+    return parse_saved_run(read_text(path, on_progress), str(path))
+
+
+def parse_saved_run(text: str, source: str | None = None) -> SavedRun:
+    """:func:`load_saved_run` for text already read."""
+    trajectory, extra = _parse(text, source or "input")
+    return SavedRun(trajectory=trajectory, **extra)
+
+
+def _annotation(data: Mapping[str, Any]) -> Annotation | None:
+    agent, step = data.get("mistake_agent"), data.get("mistake_step")
+    if agent is None and step is None:
+        return None
+    try:
+        step_number = int(str(step).strip()) if step is not None and str(step).strip() else None
+    except ValueError:
+        step_number = None
+    reason = data.get("mistake_reason")
+    return Annotation(
+        agent=normalise_agent(str(agent)) if agent is not None else None,
+        step=step_number,
+        reason=str(reason) if reason is not None else None,
+    )
+
+
+def _parse(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
+    try:
+        return _parse_unchecked(text, source)
+    except TrajectoryFormatError as error:
+        message = str(error)
+        if source and not message.startswith((source, f"cannot read {source}")):
+            message = f"{source}: {message}"
+        raise TrajectoryFormatError(message) from None
+
+
+def _first_line_is_json(text: str) -> bool:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        json.loads(lines[0])
+    except json.JSONDecodeError:
+        return False
+    return True
+
+
+def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
     if not text.strip():
-        raise TrajectoryFormatError(f"{source or 'input'} is empty")
+        raise TrajectoryFormatError(f"{source} is empty. {EXPECTED_FORMATS}")
     try:
         data: Any = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
-        documents = _json_documents(text)  # raises with the failing line if not JSON lines
+    except json.JSONDecodeError as error:
+        if not _first_line_is_json(text):  # one (broken) document, not JSON lines
+            raise _json_error(source, error) from None
+        documents = _json_documents(text, source)  # raises with the failing line and column
         if documents and all(_looks_like_otlp(doc) or "resourceLogs" in doc for doc in documents):
-            return trajectory_from_otlp_json(text, source)
+            return _from_otlp(text, source)
         raise TrajectoryFormatError(
-            f"{source or 'input'}: JSON lines that are not OTLP exports; expected a conversation object"
+            f"{source}: JSON lines that are not OTLP exports (not JSON). {EXPECTED_FORMATS}"
         ) from None
     if _looks_like_otlp(data):
-        return trajectory_from_otlp_json(text, source)
+        return _from_otlp(text, source)
     if isinstance(data, Mapping) and ("history" in data or "conversation" in data):
-        return trajectory_from_conversation(data, source)
+        return trajectory_from_conversation(data, source), {"annotation": _annotation(data)}
     if isinstance(data, list) and data and all(isinstance(m, Mapping) and "content" in m for m in data):
-        return trajectory_from_conversation(data, source)
+        return trajectory_from_conversation(data, source), {}
     keys = ", ".join(sorted(data)[:8]) if isinstance(data, Mapping) else type(data).__name__
-    raise TrajectoryFormatError(
-        f"{source or 'input'}: unrecognised format (top level: {keys}). Expected a conversation "
-        '({"history": [...]} or {"conversation": [...]}), or an OTLP JSON trace export '
-        '({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger /api/v3/traces output).'
-    )
+    raise TrajectoryFormatError(f"{source}: unrecognised format (top level: {keys}). {EXPECTED_FORMATS}")
+
+
+def _from_otlp(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
+    trajectory, resource_spans = _trajectory_and_spans_from_otlp_json(text, source)
+    recorded, scores = recorded_blame(resource_spans, trajectory)
+    return trajectory, {"recorded": recorded, "recorded_scores": scores}
+
+
+def recorded_blame(
+    resource_spans: Sequence[Any], trajectory: Trajectory
+) -> tuple[Attribution | None, dict[int, float]]:
+    """The ``blame.*`` the processor wrote on these spans, as an Attribution, and each step's score."""
+    from otel_blame import semconv as sc
+    from otel_blame.spans_to_trajectory import attributes_to_dict
+
+    step_of_span = {step.span_id: step.index for step in trajectory.steps if step.span_id}
+    verdict: dict[str, Any] | None = None
+    scores: dict[int, float] = {}
+    for resource in resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                attrs = attributes_to_dict(span.attributes)
+                step = step_of_span.get(span.span_id.hex())
+                if step is not None and isinstance(attrs.get(sc.BLAME_SCORE), int | float):
+                    scores[step] = float(attrs[sc.BLAME_SCORE])
+                if sc.BLAME_AGENT in attrs and sc.BLAME_STEP in attrs:
+                    # the root carries the whole verdict, the culprit span a part: merge, root first
+                    blame = {key: value for key, value in attrs.items() if key.startswith("blame.")}
+                    verdict = (
+                        blame | (verdict or {})
+                        if not span.parent_span_id
+                        else (verdict or {})
+                        | {key: value for key, value in blame.items() if key not in (verdict or {})}
+                    )
+    if verdict is None:
+        return None, scores
+    try:
+        step = int(verdict[sc.BLAME_STEP])
+        candidates = [
+            Candidate(step=index, agent=trajectory.steps[index].agent, score=min(max(score, 0.0), 1.0))
+            for index, score in sorted(scores.items(), key=lambda item: -item[1])
+            if 0 <= index < len(trajectory.steps) and score > 0
+        ][:5]
+        recorded = Attribution(
+            agent=str(verdict[sc.BLAME_AGENT]),
+            step=step,
+            confidence=min(max(float(verdict.get(sc.BLAME_CONFIDENCE, 0.0)), 0.0), 1.0),
+            reason=str(verdict.get(sc.BLAME_REASON, "")),
+            method=str(verdict.get(sc.BLAME_METHOD, "unknown")),
+            model=str(verdict[sc.BLAME_MODEL]) if verdict.get(sc.BLAME_MODEL) else None,
+            candidates=candidates,
+        )
+    except (TypeError, ValueError):
+        return None, scores  # malformed blame.* values: recompute rather than show nonsense
+    return recorded, scores

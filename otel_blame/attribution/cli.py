@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,9 +13,26 @@ from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.llm_client import LLMSettings
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
-from otel_blame.bench.evaluate import PredictionRecord, SubsetSummary, evaluate, select_files, summarise
+from otel_blame.bench.evaluate import (
+    BaselineSummary,
+    PredictionRecord,
+    SubsetSummary,
+    best_baseline,
+    evaluate,
+    evaluate_baselines,
+    select_files,
+    summarise,
+)
 from otel_blame.bench.who_and_when import SUBSETS
-from otel_blame.loaders import TrajectoryFormatError, load_trajectory
+from otel_blame.loaders import (
+    Annotation,
+    SavedRun,
+    TrajectoryFormatError,
+    load_saved_run,
+    parse_saved_run,
+    read_text,
+)
+from otel_blame.trajectory import Outcome, Trajectory
 
 _method_option = click.option(
     "--method",
@@ -53,28 +71,140 @@ def _build_method(
         raise click.ClickException(str(error)) from None
 
 
-def _print_attribution(attribution: Attribution, roles: dict[int, str]) -> None:
-    click.echo(f"agent:      {attribution.agent}")
-    role = roles.get(attribution.step)
-    click.echo(
-        f"step:       {attribution.step}" + (f"  ({role})" if role and role != attribution.agent else "")
+LARGE_FILE_BYTES = 5 * 1024 * 1024
+_EXCERPT = 72
+_GENERIC_ROLES = {"assistant", "user", "system", "tool", "function", "human", "ai"}
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
+
+
+def _matches(annotation: Annotation, attribution: Attribution | None) -> dict[str, bool | None]:
+    if attribution is None:
+        return {"agent_matches": None, "step_matches": None}
+    agent = None if annotation.agent is None else annotation.agent == attribution.agent
+    step = None if annotation.step is None else annotation.step == attribution.step
+    return {"agent_matches": agent, "step_matches": step}
+
+
+def _verdict_json(
+    run: SavedRun, attribution: Attribution | None, recorded: bool, scores: dict[int, float]
+) -> dict[str, Any]:
+    """The JSON answer: the Attribution's fields at the top level, plus what the table shows."""
+    trajectory = run.trajectory
+    out: dict[str, Any] = (
+        attribution.model_dump(mode="json") if attribution else {"agent": None, "step": None}
     )
-    click.echo(f"confidence: {attribution.confidence:.2f}")
-    click.echo(f"reason:     {attribution.reason}")
-    click.echo(
-        f"method:     {attribution.method}" + (f"  (model {attribution.model})" if attribution.model else "")
+    out["outcome"] = trajectory.outcome.value
+    out["blamed"] = attribution is not None
+    out["recorded"] = recorded
+    out["steps"] = [
+        {"step": step.index, "agent": step.agent, "kind": step.kind.value, "score": scores.get(step.index)}
+        for step in trajectory.steps
+    ]
+    if run.annotation is not None:
+        out["annotation"] = run.annotation.model_dump() | _matches(run.annotation, attribution)
+    return out
+
+
+def _print_verdict(console: Any, run: SavedRun, attribution: Attribution | None, recorded: bool) -> None:
+    from rich.text import Text
+
+    trajectory = run.trajectory
+    if attribution is not None:
+        role = trajectory.steps[attribution.step].role if attribution.step < len(trajectory.steps) else None
+        shown_role = role and role != attribution.agent and role.lower() not in _GENERIC_ROLES
+        step_text = f"{attribution.step}" + (f"  ({role})" if shown_role else "")
+        model = f"  (model {attribution.model})" if attribution.model else ""
+        for label, value in (
+            ("agent", attribution.agent),
+            ("step", step_text),
+            ("confidence", f"{attribution.confidence:.2f}"),
+            ("reason", attribution.reason),
+            ("method", attribution.method + model),
+        ):
+            console.print(Text.assemble((f"{label + ':':<12}", "bold"), value))
+        if recorded:
+            note = "blame recorded in the file by the processor (blame.*); --recompute attributes it again"
+            console.print(Text(note, style="dim"))
+        cost = attribution.cost
+        if cost.llm_calls:
+            spent = (
+                f"{cost.llm_calls} LLM calls, {cost.input_tokens} input + {cost.output_tokens} output "
+                f"tokens, {cost.seconds:.1f}s"
+            )
+            console.print(Text.assemble(("cost:       ", "bold"), spent))
+    annotation = run.annotation
+    if annotation is None:
+        return
+    known = f"{annotation.agent} at step {annotation.step}"
+    if attribution is None:
+        console.print(Text.assemble(("annotation: ", "bold"), known))
+        return
+    verdict = _matches(annotation, attribution)
+    agent_ok, step_ok = verdict["agent_matches"], verdict["step_matches"]
+    if agent_ok and step_ok:
+        said, style = "agent and step match", "green"
+    elif agent_ok:
+        said, style = "agent matches, step does not", "yellow"
+    elif step_ok:
+        said, style = "step matches, agent does not", "yellow"
+    else:
+        said, style = "does not match", "red"
+    console.print(Text.assemble(("annotation: ", "bold"), f"{known}: the verdict ", (said, style)))
+
+
+def _print_table(
+    run: SavedRun, attribution: Attribution | None, recorded: bool, scores: dict[int, float], file: Path
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=False)
+    trajectory = run.trajectory
+    console.print(Text.assemble(("file:       ", "bold"), str(file)))
+    console.print(Text.assemble(("outcome:    ", "bold"), trajectory.outcome.value))
+    _print_verdict(console, run, attribution, recorded)
+    table = Table(title="steps", title_justify="left", expand=True)
+    widest_agent = max((len(step.agent) for step in trajectory.steps), default=5)
+    widest_kind = max((len(step.kind.value) for step in trajectory.steps), default=4)
+    table.add_column("step", justify="right", no_wrap=True, min_width=4)
+    table.add_column("agent", no_wrap=True, min_width=min(widest_agent, 24))
+    table.add_column("kind", no_wrap=True, min_width=widest_kind)
+    table.add_column("score", justify="right", no_wrap=True, min_width=5)
+    table.add_column("content", overflow="ellipsis", no_wrap=True, ratio=1)
+    table.add_column("", no_wrap=True, min_width=7)
+    annotation = run.annotation
+    for step in trajectory.steps:
+        score = scores.get(step.index)
+        marks, style = [], None
+        if attribution is not None and step.index == attribution.step:
+            marks.append("culprit")
+            style = "bold red"
+        if annotation is not None and annotation.step == step.index:
+            marks.append("annotated")
+        table.add_row(
+            str(step.index),
+            Text(step.agent),
+            step.kind.value,
+            "" if score is None else f"{score:.2f}",
+            Text(_excerpt(step.content)),
+            ", ".join(marks),
+            style=style,
+        )
+    console.print(table)
+
+
+def _not_failed_message(outcome: Outcome) -> str:
+    if outcome is Outcome.SUCCESS:
+        return "The run succeeded: nothing to blame. Pass --assume-failed to blame a step anyway."
+    return (
+        "The file does not say whether the run failed (outcome unknown): nothing blamed. "
+        "Pass --assume-failed to treat it as a failed run."
     )
-    if len(attribution.candidates) > 1:
-        click.echo(
-            "candidates: "
-            + ", ".join(f"step {c.step} {c.agent} {c.score:.2f}" for c in attribution.candidates)
-        )
-    cost = attribution.cost
-    if cost.llm_calls:
-        click.echo(
-            f"cost:       {cost.llm_calls} LLM calls, {cost.input_tokens} input + "
-            f"{cost.output_tokens} output tokens, {cost.seconds:.1f}s"
-        )
 
 
 @click.command("attribute")
@@ -84,7 +214,30 @@ def _print_attribution(attribution: Attribution, roles: dict[int, str]) -> None:
 @_base_url_option
 @_ground_truth_option
 @_cache_option
-@click.option("--json", "as_json", is_flag=True, help="Print the Attribution as JSON.")
+@click.option(
+    "--assume-failed",
+    is_flag=True,
+    help="Blame a step even when the file says the run succeeded or does not say how it ended.",
+)
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Attribute again even when the file already carries the processor's blame.* attributes.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Output: 'table' prints the verdict and a per-step table; 'json' prints one JSON object.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show progress while reading and attributing (default: on for files over 5 MB on a terminal).",
+)
 def attribute_command(
     file: Path,
     method_name: str,
@@ -92,26 +245,86 @@ def attribute_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    assume_failed: bool,
+    recompute: bool,
+    output_format: str,
     as_json: bool,
+    progress: bool | None,
 ) -> None:
     """Name the agent and step that caused a failed run saved in FILE.
 
-    FILE is a conversation ({"history": [...]} / {"conversation": [...]}, Who&When logs included)
-    or an OTLP JSON export of one trace (Collector file exporter, Jaeger /api/v3/traces).
+    FILE is a conversation ({"history": [...]} or {"conversation": [...]}, Who&When logs
+    included) or an OTLP JSON export of one trace (Collector file exporter, Jaeger
+    /api/v3/traces). A run that succeeded, or whose outcome the file does not give, is reported
+    as such and blamed only with --assume-failed. Blame that the processor already wrote on the
+    spans (blame.*) is shown as recorded unless --recompute. When the file names the known
+    mistake (Who&When mistake_agent and mistake_step), the output says whether the verdict
+    matches it.
     """
+    from rich.console import Console
+
+    fmt = "json" if as_json else output_format
+    stderr = Console(stderr=True)
+    if progress is None:
+        progress = stderr.is_terminal and file.stat().st_size > LARGE_FILE_BYTES
+    run = _load_run(file, stderr if progress else None)
+    trajectory = run.trajectory
+    attribution: Attribution | None = None
+    recorded = False
+    scores: dict[int, float] = {}
+    if run.recorded is not None and not recompute:
+        attribution, recorded, scores = run.recorded, True, dict(run.recorded_scores)
+    elif trajectory.outcome is Outcome.FAILURE or assume_failed:
+        method = _build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+        failed = trajectory.model_copy(update={"outcome": Outcome.FAILURE})
+        given = _redacted_for(method_name, failed)
+        try:
+            if progress:
+                with stderr.status(f"attributing {len(failed.steps)} steps with {method_name}"):
+                    attribution = method.attribute(given)
+            else:
+                attribution = method.attribute(given)
+        except AttributionError as error:
+            raise click.ClickException(f"{method_name}: {error}") from None
+        scores = {candidate.step: candidate.score for candidate in attribution.candidates}
+    if fmt == "json":
+        click.echo(json.dumps(_verdict_json(run, attribution, recorded, scores), indent=2))
+    else:
+        _print_table(run, attribution, recorded, scores, file)
+    if attribution is None:
+        click.echo(_not_failed_message(trajectory.outcome), err=fmt == "json")
+
+
+def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
+    """What leaves the machine for an LLM method is redacted, as in the processor."""
+    if not is_llm_method(method_name):
+        return trajectory
+    from otel_blame.processor.attributor import redact_trajectory
+    from otel_blame.redaction import Redactor
+
+    return redact_trajectory(trajectory, Redactor())
+
+
+def _load_run(file: Path, progress_console: Any) -> SavedRun:
+    """Load FILE; with a console, a byte progress bar while reading, then a parsing spinner."""
     try:
-        trajectory = load_trajectory(file)
+        if progress_console is None:
+            return load_saved_run(file)
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        with Progress(
+            TextColumn("reading {task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            console=progress_console,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(file.name, total=file.stat().st_size)
+            text = read_text(file, lambda done, total: bar.update(task, completed=done, total=total))
+        with progress_console.status(f"parsing {file.name}"):
+            return parse_saved_run(text, str(file))
     except TrajectoryFormatError as error:
         raise click.ClickException(str(error)) from None
-    method = _build_method(method_name, model, base_url, with_ground_truth, cache_dir)
-    try:
-        attribution = method.attribute(trajectory)
-    except AttributionError as error:
-        raise click.ClickException(f"{method_name}: {error}") from None
-    if as_json:
-        click.echo(attribution.model_dump_json(indent=2))
-    else:
-        _print_attribution(attribution, {step.index: step.role for step in trajectory.steps})
 
 
 def _percent(value: float) -> str:
@@ -130,6 +343,22 @@ def _print_summaries(summaries: list[SubsetSummary]) -> None:
             f"{_percent(s.step_within_1):>7} {_percent(s.step_within_3):>7} {s.mean_llm_calls:>6.1f} "
             f"{s.mean_input_tokens:>8.0f} {s.mean_output_tokens:>8.0f} {s.mean_seconds:>7.3f}"
             + (f"   ({s.failed} unanswered)" if s.failed else "")
+        )
+
+
+def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
+    """Positional baselines on the same logs, and the method's margin over the best of them."""
+    click.echo("\nbaselines on the same logs (agent / step), and the method's margin over the best:")
+    for s in summaries:
+        click.echo(f"{s.subset}:")
+        for b in (b for b in baselines if b.subset == s.subset):
+            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
+            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
+        by_agent, by_step = best_baseline(baselines, s.subset)
+        click.echo(
+            f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
+            f"points (vs {by_agent.name}), step {100 * (s.step_accuracy - by_step.step_accuracy):+.1f} "
+            f"points (vs {by_step.name})"
         )
 
 
@@ -197,5 +426,7 @@ def eval_command(
                 raise click.ClickException(str(error)) from None
     for line in errors[:10]:
         click.echo(f"unanswered: {line}", err=True)
-    _print_summaries(summarise(records))
+    summaries = summarise(records)
+    _print_summaries(summaries)
+    _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
     click.echo(f"predictions: {out_path}")

@@ -10,6 +10,10 @@
   LLM ranks up to three suspects, the offline heuristic adds its top two, and each suspect, earliest
   first, gets a counterfactual check ("had this step been right, would the run have succeeded, and
   was the failure already inevitable before it?"). The earliest suspect that passes wins.
+- ``guided_check`` (ours): the offline heuristic proposes a few candidate steps; the LLM checks them,
+  earliest first, each against the task, the message it answered and the steps that depend on it,
+  in a view bounded so the whole check costs no more input than all-at-once. The first candidate
+  the LLM confirms wins; if none is confirmed, the heuristic's answer stands (low confidence).
 - ``self_consistency`` (ours): all-at-once sampled five times at temperature 0.7; the majority
   agent, then that agent's most voted step, wins; the vote share is the confidence (5 calls).
 
@@ -33,6 +37,7 @@ from otel_blame.attribution.prompts import (
     SYSTEM_PROMPT,
     latest_that_fit,
     log_nonce,
+    render_step,
     render_steps,
     render_task,
     split_to_fit,
@@ -74,6 +79,12 @@ class Suspect(_Answer):
 
 class SuspectList(_Answer):
     suspects: list[Suspect] = Field(min_length=1, max_length=5)
+
+
+class CandidateVerdict(_Answer):
+    decisive: bool
+    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+    reason: str = ""
 
 
 class CounterfactualVerdict(_Answer):
@@ -358,6 +369,92 @@ class Counterfactual(LLMMethod):
         )
 
 
+class GuidedCheck(LLMMethod):
+    """Offline evidence proposes, the LLM disposes: a few candidate steps checked earliest first.
+
+    The heuristic's top ``max_candidates`` distinct steps are checked in log order, one call each,
+    stopping at the first the LLM confirms as the decisive error. Each call shows the task, the
+    candidate step, the message it answered and the steps that depend on it (the next few and the
+    final step), shortened so that all the checks together show no more of the log than all-at-once
+    shows once: the per-check allowance is the rendered log's size divided by the number of checks
+    (never below ``min_check_chars``). Cost: at most ``max_candidates`` calls, about all-at-once's
+    input tokens when every candidate is checked, less when an early one is confirmed.
+    """
+
+    name = "guided_check"
+    max_candidates = 3
+    dependents = 2
+    min_check_chars = 1500
+
+    def _attribute(self, context: _Context) -> tuple[str, int, str, float, list[Candidate]]:
+        trajectory = context.trajectory
+        offline = HeuristicAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
+        proposed: list[int] = []
+        for candidate in offline.candidates:
+            if candidate.step not in proposed:
+                proposed.append(candidate.step)
+        proposed = sorted(proposed[: self.max_candidates])
+        log_chars = sum(len(render_step(step, context.nonce, context.max_chars)) for step in trajectory.steps)
+        allowance = max(self.min_check_chars, log_chars // len(proposed))
+        checked: list[Candidate] = []
+        for position, index in enumerate(proposed):
+            verdict = self._check(context, index, allowance, first=position == 0)
+            agent = trajectory.steps[index].agent
+            score = verdict.confidence if verdict.decisive else verdict.confidence * 0.3
+            checked.append(Candidate(step=index, agent=agent, score=round(score, 4)))
+            if verdict.decisive:
+                checked.sort(key=lambda candidate: -candidate.score)
+                return agent, index, verdict.reason, verdict.confidence, checked
+        checked.sort(key=lambda candidate: -candidate.score)
+        return (
+            offline.agent,
+            offline.step,
+            "No candidate was confirmed by the LLM; the offline answer stands. " + offline.reason,
+            min(offline.confidence, 0.2),
+            checked,
+        )
+
+    def _view(self, context: _Context, index: int, allowance: int) -> str:
+        """The candidate (half the allowance), the message it answered and its dependents (the rest)."""
+        steps = context.trajectory.steps
+        before = [i for i in range(index - 1, -1, -1) if steps[i].agent != steps[index].agent][:1]
+        after = list(range(index + 1, min(len(steps), index + 1 + self.dependents)))
+        if steps[-1].index > index and steps[-1].index not in after:
+            after.append(steps[-1].index)
+        around = sorted(before + after)
+        candidate_chars = min(context.max_chars, max(300, allowance // 2))
+        other_chars = min(context.max_chars, max(200, (allowance - candidate_chars) // max(1, len(around))))
+        shown = sorted([index, *around])
+        blocks = []
+        previous = None
+        for i in shown:
+            if previous is not None and i > previous + 1:
+                blocks.append(f"[steps {previous + 1} to {i - 1} not shown]")
+            blocks.append(
+                render_step(steps[i], context.nonce, candidate_chars if i == index else other_chars)
+            )
+            previous = i
+        return "\n".join(blocks)
+
+    def _check(self, context: _Context, index: int, allowance: int, *, first: bool) -> CandidateVerdict:
+        agent = context.trajectory.steps[index].agent
+        question = (
+            f"Check of candidate step {index} (by {agent}), proposed by offline failure signals"
+            + ("" if first else "; earlier candidates were judged not decisive")
+            + ". Judge it against the task, the message it answered and the steps "
+            f"that depend on it. Is step {index} the decisive error: a mistake (wrong, made-up or "
+            "unsupported content, a plan or action that misses what the task needs) whose correction "
+            "would have made the run succeed? Reply with JSON: "
+            '{"decisive": true|false, "confidence": <0..1>, "reason": "<one or two sentences>"}'
+        )
+        user = f"{context.task_text}\n\n{self._view(context, index, allowance)}\n\n{question}"
+        messages: list[Message] = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
+        return context.client.ask_json(context.session, messages, CandidateVerdict)
+
+
 class SelfConsistency(LLMMethod):
     """All-at-once sampled several times at a higher temperature; the majority answer wins."""
 
@@ -389,7 +486,7 @@ class SelfConsistency(LLMMethod):
 
 LLM_METHODS: dict[str, type[LLMMethod]] = {
     method.name: method
-    for method in (AllAtOnce, StepByStep, BinarySearch, Hybrid, Counterfactual, SelfConsistency)
+    for method in (AllAtOnce, StepByStep, BinarySearch, Hybrid, Counterfactual, GuidedCheck, SelfConsistency)
 }
 
 
@@ -405,6 +502,8 @@ def max_calls(method_name: str, steps: int) -> int:
         return 1 + steps
     if method_name == "counterfactual":
         return 1 + Counterfactual.max_suspects
+    if method_name == "guided_check":
+        return GuidedCheck.max_candidates
     if method_name == "self_consistency":
         return SelfConsistency.samples
     raise KeyError(method_name)

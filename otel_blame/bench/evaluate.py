@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
+from otel_blame.attribution.baselines import positional_baselines
+from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
 
@@ -161,3 +163,62 @@ def evaluate(
         if on_record is not None:
             on_record(record, error)
     return records
+
+
+RANDOM_SEEDS = 10
+
+
+class BaselineSummary(BaseModel):
+    """A baseline's accuracy on one subset (the random one averaged over its seeds)."""
+
+    name: str
+    description: str
+    subset: str
+    traces: int
+    agent_accuracy: float
+    step_accuracy: float
+
+
+def evaluate_baselines(
+    dataset_dir: Path, files: Iterable[Path], *, random_seeds: int = RANDOM_SEEDS
+) -> list[BaselineSummary]:
+    """Every positional baseline and the random one (mean of ``random_seeds`` seeds) on the same logs,
+    each log loaded once."""
+    baselines = positional_baselines()
+    randoms = [RandomAttribution(seed) for seed in range(random_seeds)]
+    hits: dict[tuple[str, str], list[float]] = {}  # (name, subset) -> [logs, agent hits, step hits]
+    for path in files:
+        case = load_case(path, dataset_dir)
+        if not case.trajectory.steps:
+            continue
+        for method in [*baselines, *randoms]:
+            name = "random" if isinstance(method, RandomAttribution) else method.name
+            answer = method.attribute(case.trajectory)
+            tally = hits.setdefault((name, case.subset), [0.0, 0.0, 0.0])
+            weight = 1.0 / random_seeds if name == "random" else 1.0
+            tally[0] += weight
+            tally[1] += weight * (answer.agent == case.mistake_agent)
+            tally[2] += weight * (answer.step == case.mistake_step)
+    descriptions = {baseline.name: baseline.description for baseline in baselines}
+    descriptions["random"] = f"a uniformly random agent and step (mean of {random_seeds} seeds)"
+    return [
+        BaselineSummary(
+            name=name,
+            description=descriptions[name],
+            subset=subset,
+            traces=round(tally[0]),
+            agent_accuracy=tally[1] / tally[0],
+            step_accuracy=tally[2] / tally[0],
+        )
+        for (name, subset), tally in hits.items()
+    ]
+
+
+def best_baseline(
+    baselines: Sequence[BaselineSummary], subset: str
+) -> tuple[BaselineSummary, BaselineSummary]:
+    """The best baseline of a subset for the agent and for the step (they may differ)."""
+    of_subset = [b for b in baselines if b.subset == subset]
+    if not of_subset:
+        raise ValueError(f"no baselines for subset {subset!r}")
+    return max(of_subset, key=lambda b: b.agent_accuracy), max(of_subset, key=lambda b: b.step_accuracy)

@@ -19,7 +19,12 @@ from otel_blame.processor.config import ConfigError, load_config
 
 
 @click.command("serve")
-@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML configuration file; the options below override it (docs/processor.md).",
+)
 @click.option("--grpc-endpoint", help="OTLP/gRPC listen address HOST:PORT (receivers.grpc_endpoint).")
 @click.option("--http-endpoint", help="OTLP/HTTP listen address HOST:PORT (receivers.http_endpoint).")
 @click.option("--downstream", help="Where to send spans: HOST:PORT for OTLP/gRPC (exporter.endpoint).")
@@ -102,7 +107,13 @@ def serve(
     "--token", envvar="OTEL_BLAME_RECEIVERS__AUTH_TOKEN", help="Bearer token, if the processor wants one."
 )
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="CA for an https endpoint.")
-@click.option("--timeout", type=float, default=180.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=float,
+    default=180.0,
+    show_default=True,
+    help="Seconds to wait for the processor's answer (attribution may call an LLM).",
+)
 def verdict(
     trace_id: str,
     failed: bool,
@@ -113,7 +124,7 @@ def verdict(
     timeout: float,
 ) -> None:
     """Report that trace TRACE_ID failed (known only later): the processor attributes it and adds a
-    span ``blame {agent}`` to the trace."""
+    span 'blame {agent}' to the trace."""
     body: dict[str, Any] = {"trace_id": trace_id, "outcome": "failure" if failed else "success"}
     if expected_output is not None:
         body["expected_output"] = expected_output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,222 @@ def test_attribute_an_otlp_json_trace_file(tmp_path: Path):
     assert result.exit_code == 0, result.output
     parsed = json.loads(result.output)
     assert (parsed["agent"], parsed["step"]) == ("Solver", 1)  # where the wrong "41" entered
+
+
+# --- `attribute` as a newcomer meets it ---------------------------------------------------------
+
+
+def _otlp_file(tmp_path: Path, failed: bool) -> Path:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_blame.otlp_json import traces_to_json
+    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+
+    from .test_loaders import _record_run
+
+    file = tmp_path / ("failed.json" if failed else "ok.json")
+    file.write_text(traces_to_json(sdk_spans_to_proto(_record_run(InMemorySpanExporter(), failed=failed))))
+    return file
+
+
+def test_a_successful_run_is_reported_as_such_and_blamed_only_on_request(tmp_path: Path):
+    file = _otlp_file(tmp_path, failed=False)
+    result = CliRunner().invoke(main, ["attribute", str(file)])
+    assert result.exit_code == 0, result.output
+    assert "outcome:    success" in result.output and "nothing to blame" in result.output
+    assert "agent:" not in result.output and "culprit" not in result.output
+    as_json = CliRunner().invoke(main, ["attribute", str(file), "--format", "json"])
+    parsed = json.loads(as_json.stdout)
+    assert (parsed["outcome"], parsed["blamed"], parsed["agent"]) == ("success", False, None)
+    assert "--assume-failed" in as_json.stderr
+    forced = CliRunner().invoke(main, ["attribute", str(file), "--assume-failed", "--json"])
+    parsed = json.loads(forced.stdout)
+    assert parsed["blamed"] and parsed["agent"] and parsed["outcome"] == "success"
+
+
+def test_an_unknown_outcome_is_not_blamed_without_assume_failed(tmp_path: Path):
+    from otel_blame import semconv as sc
+
+    file = _otlp_file(tmp_path, failed=True)
+    data = json.loads(file.read_text())
+    for rs in data["resourceSpans"]:  # drop what says how the run ended: outcome attribute, status
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                span["attributes"] = [a for a in span.get("attributes", []) if a["key"] != sc.TASK_OUTCOME]
+                span.pop("status", None)
+    file.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["attribute", str(file)])
+    assert result.exit_code == 0 and "outcome:    unknown" in result.output
+    assert "does not say whether the run failed" in result.output and "agent:" not in result.output
+    assert "agent:      " in CliRunner().invoke(main, ["attribute", str(file), "--assume-failed"]).output
+
+
+@pytest.fixture
+def enriched_file(tmp_path: Path) -> Path:
+    """A failed run exported by the real processor, so its spans carry blame.* (as Jaeger has them)."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_blame.otlp_json import traces_to_json
+    from otel_blame.processor import BlameProcessor, load_config
+    from tests.processor.conftest import processor_overrides
+    from tests.support import RecordingOTLPSink
+
+    from .test_loaders import _record_run
+
+    spans = _record_run(InMemorySpanExporter())
+    with RecordingOTLPSink() as sink:
+        config = load_config(overrides=processor_overrides(sink.endpoint, tmp_path / "wal"), environ={})
+        processor = BlameProcessor(config).start()
+        try:
+            exporter = OTLPSpanExporter(endpoint=processor.grpc_endpoint, insecure=True)
+            exporter.export(spans)
+            exporter.shutdown()
+            sink.wait_for_spans(len(spans), timeout=20)
+        finally:
+            processor.stop(timeout=5)
+        resource_spans = [rs for request in sink.trace_requests for rs in request.resource_spans]
+    file = tmp_path / "enriched.json"
+    file.write_text(traces_to_json(resource_spans))
+    return file
+
+
+def test_blame_already_in_the_file_is_shown_not_recomputed(enriched_file: Path):
+    result = CliRunner().invoke(main, ["attribute", str(enriched_file), "--json"])
+    assert result.exit_code == 0, result.output
+    parsed = json.loads(result.stdout)
+    assert parsed["recorded"] is True and (parsed["agent"], parsed["step"]) == ("Solver", 1)
+    assert parsed["method"] == "heuristic" and parsed["confidence"] > 0 and parsed["reason"]
+    scores = {row["step"]: row["score"] for row in parsed["steps"]}
+    assert scores[1] == max(scores.values()) > 0  # blame.score of every step, from the spans
+    table = CliRunner().invoke(main, ["attribute", str(enriched_file)], env={"COLUMNS": "120"})
+    assert "blame recorded in the file by the processor" in table.output
+    again = json.loads(
+        CliRunner().invoke(main, ["attribute", str(enriched_file), "--recompute", "--json"]).stdout
+    )
+    assert again["recorded"] is False and (again["agent"], again["step"]) == ("Solver", 1)
+
+
+def test_the_table_has_a_row_per_step_with_scores_and_marks_the_culprit(dataset: Path):
+    result = CliRunner().invoke(
+        main, ["attribute", str(dataset / "Hand-Crafted" / "1.json")], env={"COLUMNS": "120"}
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│")]
+    assert len(rows) == 2  # two steps
+    assert re.search(r"│ +0 │ Solver +│ message +│ +\d\.\d\d │ Let's assume.*│ culprit", rows[0])
+    assert "annotated" in rows[1]
+
+
+def test_the_verdict_is_compared_with_the_annotation(dataset: Path):
+    matching = CliRunner().invoke(main, ["attribute", str(dataset / "Hand-Crafted" / "0.json")])
+    assert "annotation: Solver at step 0: the verdict agent and step match" in matching.output
+    other = CliRunner().invoke(main, ["attribute", str(dataset / "Hand-Crafted" / "1.json"), "--json"])
+    annotation = json.loads(other.stdout)["annotation"]
+    assert annotation == {
+        "agent": "Solver",
+        "step": 1,
+        "reason": None,
+        "agent_matches": True,
+        "step_matches": False,
+    }
+    table = CliRunner().invoke(main, ["attribute", str(dataset / "Hand-Crafted" / "1.json")])
+    assert "annotation: Solver at step 1: the verdict agent matches, step does not" in table.output
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            b'{"history": [\n  {"role": "a", "content": "x"},\n  oops\n]}',
+            "not valid JSON at line 3, column 3",
+        ),
+        (b'{"resourceSpans": []}\n{"resourceSpans": [}\n', "not valid JSON at line 2, column 20"),
+        (b'\xff\xfe{"history": []}', "not UTF-8 text (byte 0xff at offset 0, line 1)"),
+        (b'{"history": "not a list"}', "'history'/'conversation' must be a list of messages"),
+        (b"[1, 2, 3]", "unrecognised format (top level: list)"),
+        (b"", "is empty"),
+    ],
+)
+def test_every_load_error_names_the_file_and_what_was_expected(tmp_path: Path, content: bytes, expected: str):
+    file = tmp_path / "run.json"
+    file.write_bytes(content)
+    result = CliRunner().invoke(main, ["attribute", str(file)])
+    assert result.exit_code == 1
+    assert f"Error: {file}" in result.output and expected in result.output, result.output
+    assert "codec" not in result.output and "Traceback" not in result.output
+    if "must be a list" not in expected:
+        assert "Expected a conversation" in result.output
+
+
+def test_progress_is_shown_when_asked(tmp_path: Path):
+    file = tmp_path / "run.json"
+    file.write_text(json.dumps({"history": [{"role": "a", "content": "x" * 100}] * 50}))
+    result = CliRunner(env={"FORCE_COLOR": "1"}).invoke(main, ["attribute", str(file), "--progress"])
+    assert result.exit_code == 0, result.output
+    assert "reading run.json" in result.stderr and "attributing 50 steps with heuristic" in result.stderr
+    quiet = CliRunner(env={"FORCE_COLOR": "1"}).invoke(main, ["attribute", str(file)])
+    assert quiet.stderr == ""  # a small file: no progress by default
+
+
+def test_an_llm_method_gets_redacted_content(tmp_path: Path, llm):
+    file = tmp_path / "run.json"
+    history = [{"role": "Ops", "content": "deploy with key sk-proj-Ab3_dE-fGh1_jK2-lMn3_oP4-qRs5"}]
+    file.write_text(json.dumps({"history": history, "is_correct": False}))
+    answer = json.dumps({"agent": "Ops", "step": 0, "reason": "leaked the key"})
+    with llm([answer]) as (server, settings):
+        args = ["attribute", str(file), "--method", "all_at_once", "--base-url", settings.base_url]
+        result = CliRunner(env={"OPENAI_API_KEY": "sk-x"}).invoke(main, args)
+    assert result.exit_code == 0, result.output
+    sent = json.dumps(server.requests)
+    assert "Ab3_dE" not in sent and "[REDACTED:api_key]" in sent
+
+
+def test_help_and_version_import_no_subcommand():
+    """--help and --version answer from the command registry alone (see docs/benchmarks.md)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from otel_blame.cli import main\n"
+        "for args in (['--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(args, prog_name='otel-blame')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('grpc', 'openai', 'pydantic', 'rich', 'opentelemetry', 'otel_blame.attribution',"
+        " 'otel_blame.processor', 'otel_blame.demo', 'autogen')\n"
+        "print('LOADED', sorted({m.split('.')[0] if not m.startswith('otel_blame') else m"
+        " for m in sys.modules if m.startswith(heavy)}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert (
+        "Commands:" in result.stdout
+        and "attribute" in result.stdout
+        and "otel-blame, version" in result.stdout
+    )
+    assert "LOADED []" in result.stdout, result.stdout
+
+
+def test_every_registered_command_loads_and_every_option_says_what_it_does():
+    import click
+
+    from otel_blame.cli import COMMANDS
+
+    ctx = click.Context(main)
+    for registered in COMMANDS:
+        command = main.get_command(ctx, registered.name)
+        assert isinstance(command, click.Command) and command.name == registered.name
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        help_text = CliRunner().invoke(main, [name, "--help"], env={"COLUMNS": "200"}).output
+        for marker in ("``", ":func:", ":class:", "\b", "[bold", "[/"):
+            assert marker not in help_text, (name, marker)
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.help, f"{name} {param.opts[0]} has no help text"
+                if isinstance(param.type, click.Choice):
+                    assert "[" + "|".join(param.type.choices) + "]" in help_text, (name, param.opts)

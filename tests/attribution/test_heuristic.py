@@ -62,8 +62,13 @@ def test_final_wrong_answer_is_traced_to_where_it_entered():
             ("Planner", "Final answer: 1874"),
         ]
     )
-    result = attribute(trajectory)
+    from otel_blame.attribution.heuristic import Weights
+    from otel_blame.attribution.signals import FinalAnswerEntry, ScoringContext
+
+    assert FinalAnswerEntry().evidence(ScoringContext.build(trajectory)) == {2: 1.0}
+    result = attribute_with(trajectory, Weights(final_answer=0.6))
     assert result.step == 2 and result.agent == "Reader"
+    assert 2 in [candidate.step for candidate in attribute(trajectory).candidates[:2]]
 
 
 def test_coordinator_runs_blame_the_workers_lacking_report():

@@ -118,7 +118,8 @@ def test_plain_conversation_formats(tmp_path, key):
     ("text", "message"),
     [
         ("", "is empty"),
-        ("{not json", "not JSON"),
+        ("{not json", "f.json: not valid JSON at line 1, column 2: Expecting property name"),
+        ('{"a": 1}\n{"b": 2', "f.json: not valid JSON at line 2, column 8"),
         ('{"foo": 1}', "unrecognised format"),
         ('{"history": []}', "no messages"),
         ('{"history": [1, 2]}', "message 0 is a int"),

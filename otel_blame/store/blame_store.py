@@ -1,0 +1,350 @@
+"""Writing and reading attributed failures, SQLite or PostgreSQL through the same SQLAlchemy Core code.
+
+Why SQLAlchemy Core (not the ORM, not raw DB-API): the two databases differ in parameter style,
+auto-increment, upsert and connection handling; Core gives one table definition and one set of
+bound-parameter queries for both, plus a connection pool for PostgreSQL, without an object layer
+the store does not need. Each record is kept whole as JSON (``record``) next to the columns the
+queries filter and group on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+from otel_blame.store.config import StoreConfig
+from otel_blame.store.records import (
+    CulpritCount,
+    CulpritReport,
+    CulpritSeries,
+    FailurePage,
+    FailureSummary,
+    StoredRun,
+    base_method,
+)
+from otel_blame.store.schema import failures, metadata
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 500
+_SUMMARY_COLUMNS = (
+    failures.c.trace_id,
+    failures.c.service,
+    failures.c.task,
+    failures.c.outcome,
+    failures.c.agent,
+    failures.c.step,
+    failures.c.confidence,
+    failures.c.reason,
+    failures.c.method,
+    failures.c.model,
+    failures.c.attributed_at_ms,
+    failures.c.steps,
+)
+
+
+def _engine_url(url: str) -> str:
+    """``postgresql://`` and ``postgres://`` mean the psycopg 3 driver."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def _sqlite_engine(path: Path) -> Engine:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(f"sqlite:///{path}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(connection, _record) -> None:  # noqa: ANN001
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.close()
+
+    return engine
+
+
+class BlameStore:
+    """Thread-safe. ``add`` keeps a failure (replacing an earlier verdict for the same trace);
+    the readers answer the API and the pages. Bounds (age, bytes) are enforced on open and every
+    ``prune_every`` writes."""
+
+    def __init__(self, engine: Engine, config: StoreConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or StoreConfig()
+        self._writes = 0
+        self._lock = threading.Lock()
+        self._create_schema()
+        self.prune()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def _create_schema(self) -> None:
+        # Two replicas starting together against one PostgreSQL may both try to create the table.
+        for attempt in range(3):
+            try:
+                metadata.create_all(self.engine, checkfirst=True)
+                return
+            except (IntegrityError, ProgrammingError, OperationalError):
+                if attempt == 2:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def add(self, run: StoredRun) -> None:
+        """Keep one attributed failure; a later verdict for the same trace replaces the earlier one."""
+        record = run.model_dump_json()
+        row = {
+            "trace_id": run.trace_id.lower(),
+            "service": run.service[:256],
+            "task": run.task[:512],
+            "outcome": run.outcome,
+            "agent": run.agent[:256],
+            "step": run.step,
+            "confidence": run.confidence,
+            "reason": run.reason,
+            "method": run.method[:256],
+            "method_base": base_method(run.method)[:128],
+            "model": run.model,
+            "attributed_at_ms": int(run.attributed_at * 1000),
+            "steps": run.steps,
+            "size_bytes": len(record.encode("utf-8")),
+            "record": record,
+        }
+        for attempt in range(3):
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(delete(failures).where(failures.c.trace_id == run.trace_id.lower()))
+                    connection.execute(insert(failures).values(**row))
+                break
+            except IntegrityError:  # the same trace written concurrently elsewhere: try again
+                if attempt == 2:
+                    raise
+        with self._lock:
+            self._writes += 1
+            due = self._writes % self.config.prune_every == 0
+        if due:
+            self.prune()
+
+    def prune(self, now: float | None = None) -> int:
+        """Drop failures older than ``max_age_seconds``, then the oldest until under ``max_bytes``."""
+        now = time.time() if now is None else now
+        cutoff = int((now - self.config.max_age_seconds) * 1000)
+        removed = 0
+        with self.engine.begin() as connection:
+            removed += connection.execute(
+                delete(failures).where(failures.c.attributed_at_ms < cutoff)
+            ).rowcount
+            total = connection.execute(select(func.coalesce(func.sum(failures.c.size_bytes), 0))).scalar_one()
+            excess = int(total) - self.config.max_bytes
+            while excess > 0:
+                oldest = connection.execute(
+                    select(failures.c.id, failures.c.size_bytes).order_by(failures.c.id).limit(500)
+                ).all()
+                if not oldest:
+                    break
+                doomed = []
+                for row_id, size in oldest:
+                    doomed.append(row_id)
+                    excess -= size
+                    if excess <= 0:
+                        break
+                removed += connection.execute(delete(failures).where(failures.c.id.in_(doomed))).rowcount
+        if removed:
+            log.info("blame store: dropped %d failures past the age or size bound", removed)
+        return removed
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    def failures(
+        self,
+        *,
+        agent: str | None = None,
+        service: str | None = None,
+        method: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> FailurePage:
+        """Newest first; ``method`` matches the base method (``heuristic`` also finds fallbacks)."""
+        limit = max(1, min(limit, MAX_PAGE))
+        offset = max(0, offset)
+        conditions = []
+        if agent:
+            conditions.append(failures.c.agent == agent)
+        if service:
+            conditions.append(failures.c.service == service)
+        if method:
+            conditions.append(failures.c.method_base == base_method(method))
+        if since is not None:
+            conditions.append(failures.c.attributed_at_ms >= int(since * 1000))
+        if until is not None:
+            conditions.append(failures.c.attributed_at_ms <= int(until * 1000))
+        with self.engine.connect() as connection:
+            total = connection.execute(
+                select(func.count()).select_from(failures).where(*conditions)
+            ).scalar_one()
+            rows = connection.execute(
+                select(*_SUMMARY_COLUMNS)
+                .where(*conditions)
+                .order_by(failures.c.attributed_at_ms.desc(), failures.c.id.desc())
+                .limit(limit)
+                .offset(offset)
+            ).all()
+        summaries = [
+            FailureSummary(
+                trace_id=row.trace_id,
+                service=row.service,
+                task=row.task,
+                outcome=row.outcome,
+                agent=row.agent,
+                step=row.step,
+                confidence=row.confidence,
+                reason=row.reason,
+                method=row.method,
+                model=row.model,
+                attributed_at=row.attributed_at_ms / 1000,
+                steps=row.steps,
+            )
+            for row in rows
+        ]
+        return FailurePage(total=int(total), limit=limit, offset=offset, failures=summaries)
+
+    def run(self, trace_id: str) -> StoredRun | None:
+        with self.engine.connect() as connection:
+            record = connection.execute(
+                select(failures.c.record).where(failures.c.trace_id == trace_id.lower())
+            ).scalar_one_or_none()
+        return None if record is None else StoredRun.model_validate_json(record)
+
+    def distinct_values(self) -> dict[str, list[str]]:
+        """Services, agents and methods present, for the filter menus."""
+        out: dict[str, list[str]] = {}
+        with self.engine.connect() as connection:
+            for name, column in (
+                ("services", failures.c.service),
+                ("agents", failures.c.agent),
+                ("methods", failures.c.method_base),
+            ):
+                values = connection.execute(select(column).distinct().order_by(column).limit(200)).scalars()
+                out[name] = [value for value in values if value]
+        return out
+
+    def count(self) -> int:
+        with self.engine.connect() as connection:
+            return int(connection.execute(select(func.count()).select_from(failures)).scalar_one())
+
+    def culprits(
+        self, window_seconds: float, *, now: float | None = None, buckets: int = 24
+    ) -> CulpritReport:
+        """Blames per (service, agent) in the window, most first, and per bucket for the plot.
+
+        The counts are the store's rows, labelled as ``otel_blame_attributions_total`` labels its
+        series (service, agent, base method), so they match ``increase(...[window])``."""
+        until = time.time() if now is None else now
+        since = until - window_seconds
+        buckets = max(1, min(buckets, 240))
+        bucket_ms = max(1, int(window_seconds * 1000 / buckets))
+        since_ms = int(since * 1000)
+        with self.engine.connect() as connection:
+            grouped = connection.execute(
+                select(
+                    failures.c.service,
+                    failures.c.agent,
+                    failures.c.method_base,
+                    func.count().label("n"),
+                    func.max(failures.c.attributed_at_ms).label("last"),
+                )
+                .where(
+                    failures.c.attributed_at_ms >= since_ms, failures.c.attributed_at_ms <= int(until * 1000)
+                )
+                .group_by(failures.c.service, failures.c.agent, failures.c.method_base)
+            ).all()
+            per_bucket = connection.execute(
+                select(
+                    failures.c.service,
+                    failures.c.agent,
+                    ((failures.c.attributed_at_ms - since_ms) // bucket_ms).label("bucket"),
+                    func.count().label("n"),
+                )
+                .where(
+                    failures.c.attributed_at_ms >= since_ms, failures.c.attributed_at_ms <= int(until * 1000)
+                )
+                .group_by(failures.c.service, failures.c.agent, "bucket")
+            ).all()
+            latest: dict[tuple[str, str], str] = {}
+            for service, agent, _method, _n, last in grouped:
+                trace = connection.execute(
+                    select(failures.c.trace_id)
+                    .where(
+                        failures.c.service == service,
+                        failures.c.agent == agent,
+                        failures.c.attributed_at_ms == last,
+                    )
+                    .limit(1)
+                ).scalar_one_or_none()
+                if trace and (service, agent) not in latest:
+                    latest[(service, agent)] = trace
+        totals: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        last_seen: dict[tuple[str, str], int] = {}
+        for service, agent, method, n, last in grouped:
+            totals[(service, agent)][method] = int(n)
+            last_seen[(service, agent)] = max(last_seen.get((service, agent), 0), int(last))
+        culprits = sorted(
+            (
+                CulpritCount(
+                    service=service,
+                    agent=agent,
+                    count=sum(methods.values()),
+                    methods=methods,
+                    last_seen=last_seen[(service, agent)] / 1000,
+                    last_trace_id=latest.get((service, agent), ""),
+                )
+                for (service, agent), methods in totals.items()
+            ),
+            key=lambda c: (-c.count, -c.last_seen, c.service, c.agent),
+        )
+        series_counts: dict[tuple[str, str], list[int]] = {
+            (c.service, c.agent): [0] * buckets for c in culprits
+        }
+        for service, agent, bucket, n in per_bucket:
+            index = min(max(int(bucket), 0), buckets - 1)
+            series_counts.setdefault((service, agent), [0] * buckets)[index] += int(n)
+        return CulpritReport(
+            window_seconds=window_seconds,
+            since=since,
+            until=until,
+            total=sum(c.count for c in culprits),
+            culprits=culprits,
+            bucket_seconds=bucket_ms / 1000,
+            bucket_starts=[since + i * bucket_ms / 1000 for i in range(buckets)],
+            series=[
+                CulpritSeries(service=c.service, agent=c.agent, counts=series_counts[(c.service, c.agent)])
+                for c in culprits
+            ],
+        )
+
+
+def open_store(config: StoreConfig | None = None, *, wal_dir: Path | None = None) -> BlameStore:
+    """The store a configuration means: ``url`` (PostgreSQL or any SQLAlchemy URL), else SQLite."""
+    config = config or StoreConfig()
+    if config.url is not None:
+        engine = create_engine(_engine_url(config.url.get_secret_value()), pool_pre_ping=True)
+    else:
+        engine = _sqlite_engine(config.sqlite_path(wal_dir))
+    return BlameStore(engine, config)

@@ -1,0 +1,134 @@
+"""What the blame store keeps and answers: pydantic models shared by the store, the API and the pages."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from otel_blame.attribution.result import Attribution, Candidate, Cost
+from otel_blame.redaction import Redactor
+from otel_blame.trajectory import Trajectory
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FailureSummary(_Model):
+    """One row of the failures list: who, where, when, how sure."""
+
+    trace_id: str
+    service: str
+    task: str
+    outcome: str
+    agent: str
+    step: int
+    confidence: float
+    reason: str
+    method: str
+    model: str | None = None
+    attributed_at: float = Field(description="unix seconds")
+    steps: int = Field(description="how many steps the run had")
+
+
+class StoredRun(FailureSummary):
+    """A whole attributed failure: the summary, every step's score, the ranked candidates, the cost
+    and the (redacted) Trajectory that was attributed."""
+
+    scores: list[float] = Field(description="each step's share of blame, 0..1, by step index")
+    candidates: list[Candidate] = Field(default_factory=list)
+    cost: Cost = Field(default_factory=Cost)
+    trajectory: Trajectory
+
+    def summary(self) -> FailureSummary:
+        return FailureSummary.model_validate(self.model_dump(include=set(FailureSummary.model_fields)))
+
+
+class FailurePage(_Model):
+    total: int
+    limit: int
+    offset: int
+    failures: list[FailureSummary]
+
+
+class CulpritCount(_Model):
+    """How often one agent of one service was blamed in the window (all methods, then per method)."""
+
+    service: str
+    agent: str
+    count: int
+    methods: dict[str, int]
+    last_seen: float
+    last_trace_id: str
+
+
+class CulpritSeries(_Model):
+    service: str
+    agent: str
+    counts: list[int] = Field(description="blames per bucket, oldest first")
+
+
+class CulpritReport(_Model):
+    window_seconds: float
+    since: float
+    until: float
+    total: int
+    culprits: list[CulpritCount] = Field(description="most blamed first")
+    bucket_seconds: float
+    bucket_starts: list[float]
+    series: list[CulpritSeries]
+
+
+def base_method(method: str) -> str:
+    """``heuristic(fallback:all_at_once)`` -> ``heuristic``: the label the Prometheus metrics use."""
+    return method.split("(", 1)[0]
+
+
+def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
+    """The processor's own redaction (the one applied before content goes to an external LLM)."""
+    from otel_blame.processor.attributor import redact_trajectory as processor_redaction
+
+    return processor_redaction(trajectory, redactor)
+
+
+def _task_label(trajectory: Trajectory) -> str:
+    """What the run was asked (the first 200 characters of its input), else the task's name."""
+    text = " ".join((trajectory.task.input or "").split())
+    if not text:
+        return trajectory.task.name
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def build_run(
+    trajectory: Trajectory,
+    attribution: Attribution,
+    *,
+    trace_id: str,
+    service: str = "",
+    attributed_at: float | None = None,
+    redactor: Redactor | None = None,
+) -> StoredRun:
+    """The record of one attributed failure; its Trajectory redacted as it is for an external LLM."""
+    from otel_blame.processor.enricher import step_scores
+
+    scores = step_scores(trajectory, attribution)
+    kept = redact_trajectory(trajectory, redactor or Redactor())
+    return StoredRun(
+        trace_id=trace_id,
+        service=service,
+        task=_task_label(trajectory),
+        outcome=str(trajectory.outcome),
+        agent=attribution.agent,
+        step=attribution.step,
+        confidence=attribution.confidence,
+        reason=attribution.reason,
+        method=attribution.method,
+        model=attribution.model,
+        attributed_at=time.time() if attributed_at is None else attributed_at,
+        steps=len(trajectory.steps),
+        scores=[round(scores.get(step.index, 0.0), 6) for step in trajectory.steps],
+        candidates=attribution.candidates,
+        cost=attribution.cost,
+        trajectory=kept,
+    )

@@ -1,0 +1,31 @@
+"""The one table of the blame store, defined once for SQLite and PostgreSQL (SQLAlchemy Core)."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+failures = Table(
+    "otel_blame_failures",
+    metadata,
+    Column("id", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True, autoincrement=True),
+    Column("trace_id", String(64), nullable=False, unique=True),
+    Column("service", String(256), nullable=False, default=""),
+    Column("task", String(512), nullable=False, default=""),
+    Column("outcome", String(32), nullable=False),
+    Column("agent", String(256), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("confidence", Float, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("method", String(256), nullable=False),
+    Column("method_base", String(128), nullable=False, doc="the method label the metrics use"),
+    Column("model", String(256), nullable=True),
+    Column("attributed_at_ms", BigInteger, nullable=False, doc="unix milliseconds"),
+    Column("steps", Integer, nullable=False),
+    Column("size_bytes", Integer, nullable=False, doc="length of the stored JSON, for the size bound"),
+    Column("record", Text, nullable=False, doc="the whole StoredRun as JSON"),
+    Index("ix_otel_blame_failures_time", "attributed_at_ms"),
+    Index("ix_otel_blame_failures_agent", "agent", "attributed_at_ms"),
+    Index("ix_otel_blame_failures_service", "service", "attributed_at_ms"),
+)

@@ -1,0 +1,92 @@
+"""``otel-blame top``: the culprit leaderboard of a running processor, refreshed in the terminal."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from otel_blame.store.records import CulpritReport
+
+
+class TopError(Exception):
+    """The endpoint cannot be read; the message says why."""
+
+
+def fetch_culprits(endpoint: str, since: str, token: str | None, timeout: float = 5.0) -> CulpritReport:
+    url = endpoint.rstrip("/") + "/api/culprits"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        response = httpx.get(url, params={"window": since}, headers=headers, timeout=timeout)
+    except httpx.HTTPError as error:
+        raise TopError(f"cannot reach {url}: {error}") from None
+    if response.status_code == 401:
+        raise TopError(f"{url} needs a token: pass --token or set OTEL_BLAME_UI_TOKEN")
+    if response.status_code != 200:
+        raise TopError(f"{url} answered {response.status_code}: {response.text[:200]}")
+    try:
+        return CulpritReport.model_validate_json(response.content)
+    except ValueError as error:
+        raise TopError(f"{url} did not answer a culprit report: {error}") from None
+
+
+def _sparkline(counts: list[int]) -> str:
+    blocks = " ▁▂▃▄▅▆▇█"
+    peak = max(counts, default=0)
+    if not peak:
+        return "·" * len(counts)
+    return "".join(blocks[min(8, round(8 * n / peak))] if n else "·" for n in counts)
+
+
+def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20) -> Group:
+    table = Table(title=f"culprits over the last {since}", title_justify="left", expand=False)
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("agent", style="bold")
+    table.add_column("service")
+    table.add_column("blames", justify="right", style="bold red")
+    table.add_column("share", justify="right")
+    table.add_column("methods")
+    table.add_column("over time")
+    table.add_column("last", justify="right")
+    now = time.time()
+    series = {(s.service, s.agent): s.counts for s in report.series}
+    for position, culprit in enumerate(report.culprits[:limit], start=1):
+        share = culprit.count / report.total if report.total else 0.0
+        ago = int(now - culprit.last_seen)
+        table.add_row(
+            str(position),
+            culprit.agent,
+            culprit.service or "-",
+            str(culprit.count),
+            f"{100 * share:.0f}%",
+            ", ".join(f"{m} {n}" for m, n in sorted(culprit.methods.items())),
+            _sparkline(series.get((culprit.service, culprit.agent), [])),
+            f"{ago // 60} min ago" if ago >= 60 else f"{ago} s ago",
+        )
+    footer = Text(
+        f"{report.total} blames · {endpoint} · updated {time.strftime('%H:%M:%S')} · Ctrl-C to quit",
+        style="dim",
+    )
+    if not report.culprits:
+        return Group(Text(f"no agent blamed in the last {since}", style="green"), footer)
+    return Group(table, footer)
+
+
+def run_top(
+    endpoint: str, since: str, token: str | None, interval: float, once: bool, console: Console | None = None
+) -> None:
+    console = console or Console()
+    if once:
+        console.print(render(fetch_culprits(endpoint, since, token), endpoint, since))
+        return
+    with Live(console=console, refresh_per_second=4, screen=False) as live:
+        while True:
+            try:
+                live.update(render(fetch_culprits(endpoint, since, token), endpoint, since))
+            except TopError as error:
+                live.update(Text(f"{error} (retrying every {interval:g} s)", style="yellow"))
+            time.sleep(interval)
