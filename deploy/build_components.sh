@@ -5,7 +5,9 @@
 # pins (or the builder manifest) change. Modules come from the Go module proxy.
 #
 # A cold build (empty Go build cache) took 17 minutes on 2 busy cores with -p 1; later runs are
-# no-ops until a pin changes.
+# no-ops until a pin changes. Tempo alone, cold (its modules not yet downloaded, the Collector's
+# build cache warm): 30.5 minutes (1827 s) with -p 1 on the same 2 cores under a load average of
+# 10-12 from other jobs (2026-11-23, `go build -p 1 -trimpath ./cmd/tempo` in the module dir).
 #
 # Usage: deploy/build_components.sh        (prints the three binary paths when done)
 # Env:   OTEL_BLAME_E2E_CACHE  cache root;  E2E_GO_PARALLEL  `go build -p` (default 1, keeps the
