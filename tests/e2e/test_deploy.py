@@ -27,6 +27,7 @@ DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
 KUBERNETES = DEPLOY / "kubernetes"
 KUBERNETES_VERSION = "1.34.0"  # the schemas kubernetes-validate ships for this version (offline)
+COMPOSE_VARIABLE = re.compile(r"\$\{(?P<name>[A-Z0-9_]+):-(?P<default>[^}]*)\}")
 ENV_DEFAULT = re.compile(r"\$\{env:(?P<name>[A-Z0-9_]+):-(?P<default>[^}]*)\}")
 
 
@@ -95,6 +96,7 @@ def test_compose_has_the_whole_stack(compose):
         "prometheus",
         "alertmanager",
         "grafana",
+        "tempo",
     }
     assert "contrib" in compose["services"]["otelcol"]["image"]
 
@@ -131,8 +133,13 @@ def test_compose_processor_config_is_mounted_and_exports_to_jaeger(compose, blam
     config_path = service["command"][service["command"].index("--config") + 1]
     assert mounts(service)[config_path] == (DEPLOY / "otel-blame.yaml").resolve()
     downstream = service["environment"].get("OTEL_BLAME_EXPORTER__ENDPOINT", blame_config.exporter.endpoint)
-    host, port = host_port(downstream)
+    # ${OTEL_BLAME_DOWNSTREAM:-jaeger:4317}: Jaeger unless the user picks Tempo
+    choice = COMPOSE_VARIABLE.fullmatch(downstream)
+    assert choice is not None and choice["name"] == "OTEL_BLAME_DOWNSTREAM", downstream
+    host, port = host_port(choice["default"])
     assert host == "jaeger" and port == 4317
+    assert port in served_ports("jaeger", compose)
+    assert "tempo" in service["depends_on"] and "jaeger" in service["depends_on"]
     wal_mounts = [entry for entry in service["volumes"] if entry.split(":")[1] == str(blame_config.wal.dir)]
     assert wal_mounts, f"the write-ahead log {blame_config.wal.dir} must be a volume"
     assert wal_mounts[0].split(":")[0] in compose["volumes"]
@@ -155,6 +162,29 @@ def test_prometheus_scrapes_what_the_services_serve(compose, blame_config):
     prometheus_mounts = mounts(compose["services"]["prometheus"])
     for rule_file in rule_files:
         assert rule_file in prometheus_mounts, f"{rule_file} is not mounted into prometheus"
+
+
+def test_compose_tempo_runs_the_shipped_config_on_the_ports_it_serves(compose):
+    """Tempo reads deploy/tempo/tempo.yaml (the file the end-to-end test runs), receives OTLP/gRPC
+    from otel-blame on the port it listens on, keeps its data in a volume, and publishes its API."""
+    tempo = compose["services"]["tempo"]
+    config_arg = next(arg for arg in tempo["command"] if arg.startswith("-config.file="))
+    config_path = config_arg.split("=", 1)[1]
+    assert mounts(tempo)[config_path] == (DEPLOY / "tempo" / "tempo.yaml").resolve()
+    config = load_yaml(DEPLOY / "tempo" / "tempo.yaml")
+    otlp_host, otlp_port = host_port(
+        config["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    )
+    assert otlp_host == "0.0.0.0" and otlp_port in served_ports("tempo", compose)
+    assert config["server"]["http_listen_address"] == "0.0.0.0"
+    assert config["server"]["http_listen_port"] in published(tempo)
+    assert config["storage"]["trace"]["backend"] == "local"
+    data_volume = next(entry for entry in tempo["volumes"] if not entry.startswith((".", "/")))
+    volume, target = data_volume.split(":")[:2]
+    assert volume in compose["volumes"]
+    for path in (config["storage"]["trace"]["wal"]["path"], config["storage"]["trace"]["local"]["path"]):
+        assert Path(path).is_relative_to(target), f"{path} is not in the volume mounted at {target}"
+    assert config["usage_report"]["reporting_enabled"] is False
 
 
 def test_alert_rules_use_the_processor_metric_names():
@@ -202,11 +232,11 @@ def test_prometheus_config_passes_promtool(tmp_path: Path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_grafana_is_provisioned_with_both_data_sources_and_the_dashboard(compose):
+def test_grafana_is_provisioned_with_the_data_sources_and_the_dashboard(compose):
     grafana = mounts(compose["services"]["grafana"])
     provisioning = grafana["/etc/grafana/provisioning"]
     sources = load_yaml(provisioning / "datasources" / "datasources.yml")["datasources"]
-    assert {s["type"] for s in sources} == {"prometheus", "jaeger"}
+    assert {s["type"] for s in sources} == {"prometheus", "jaeger", "tempo"}
     for source in sources:
         host, port = host_port(source["url"].split("//", 1)[1])
         assert port in served_ports(host, compose), f"{source['name']}: {host} does not serve {port}"
