@@ -44,7 +44,7 @@ from otel_blame.bench.evaluate import (
     summarise,
 )
 from otel_blame.bench.who_and_when import SUBSETS
-from otel_blame.scripted_llm import ScriptedLLM  # the class tests.support re-exports
+from otel_blame.demo.scripted_llm import ScriptedLLM  # the class tests.support re-exports
 from otel_blame.trajectory import Step, Trajectory
 
 

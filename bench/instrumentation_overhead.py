@@ -36,9 +36,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_blame.demo.scripted_llm import ScriptedLLM
+from otel_blame.demo.span_recorder import RecordingOTLPSink
 from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
-from otel_blame.otlp_sink import RecordingOTLPSink
-from otel_blame.scripted_llm import ScriptedLLM
 
 MODES = ("plain", "otel_blame", "ag2")
 AGENTS = ("planner", "researcher", "coder", "reviewer")

@@ -9,16 +9,14 @@ the click command, and the one-line help shown in ``otel-blame --help``.
 from __future__ import annotations
 
 import importlib
-import logging
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import click
 
 from otel_blame import __version__
 
 
-@dataclass(frozen=True)
-class LazyCommand:
+class LazyCommand(NamedTuple):
     """A subcommand known by name and help line; its module is imported on first use."""
 
     name: str
@@ -113,6 +111,8 @@ def main(verbose: int) -> None:
 
     Run 'otel-blame COMMAND --help' for the options of a command.
     """
+    import logging  # here, not at the top: --help and --version stay fast
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

@@ -10,13 +10,18 @@ cut by :mod:`otel_blame.processor.wire`; there is no Python object per span.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from otel_blame.processor.config import AssemblyConfig
 from otel_blame.processor.wire import TraceGroup
+
+log = logging.getLogger(__name__)
 
 
 class Route(StrEnum):
@@ -146,6 +151,10 @@ class TraceAssembler:
             trace.expected_output = expected_output or trace.expected_output
             return True
 
+    def is_buffered(self, trace_id: bytes) -> bool:
+        with self._lock:
+            return trace_id in self._buffers
+
     def is_released(self, trace_id: bytes) -> bool:
         with self._lock:
             return trace_id in self._released
@@ -166,3 +175,65 @@ class TraceAssembler:
         self._released.move_to_end(trace.trace_id)
         while len(self._released) > self._config.released_memory:
             self._released.popitem(last=False)
+
+
+class AssemblyStage:
+    """Routes each incoming group (buffer it, forward it now, or add it to a released trace) and,
+    on its own thread, hands every trace that completes to ``complete``."""
+
+    def __init__(
+        self,
+        assembler: TraceAssembler,
+        config: AssemblyConfig,
+        *,
+        forward_group: Callable[[str, TraceGroup, int], None],
+        forward_trace: Callable[[BufferedTrace], None],
+        complete: Callable[[BufferedTrace], None],
+        late: Callable[[TraceGroup, bool], None],
+    ) -> None:
+        self.assembler = assembler
+        self._config = config
+        self._forward_group = forward_group
+        self._forward_trace = forward_trace
+        self._complete = complete
+        self._late = late
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick_loop, name="otel-blame-assembler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def route(self, kind: str, groups: list[TraceGroup], row: int, *, logs: bool) -> None:
+        now = time.monotonic()
+        for group in groups:
+            if logs and not group.trace_id:
+                self._forward_group(kind, group, row)
+                continue
+            route, trace = self.assembler.add(group, row, now, logs=logs)
+            if route == Route.BUFFERED:
+                continue
+            if route == Route.OVERFLOW and trace is not None:
+                self._forward_trace(trace)
+                continue
+            if route == Route.LATE:
+                self._late(group, logs)
+            self._forward_group(kind, group, row)
+
+    def drain(self) -> None:
+        """Complete everything buffered now (shutdown)."""
+        for trace in self.assembler.drain(time.monotonic()):
+            self._complete(trace)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+
+    def _tick_loop(self) -> None:
+        interval = self._config.tick_seconds
+        while not self._stop.wait(interval):
+            try:
+                for trace in self.assembler.due(time.monotonic()):
+                    self._complete(trace)
+            except Exception:  # never let the assembler thread die
+                log.exception("completing traces failed")

@@ -1,21 +1,37 @@
 """The processor's configuration: one validated pydantic model per component, YAML + environment.
 
-Every key can be set in YAML (``section: {key: value}``) and overridden by an environment
-variable ``OTEL_BLAME_<SECTION>__<KEY>`` (nested models continue with ``__``), e.g.
+Layering is pydantic-settings' job: explicit overrides (CLI flags) <- environment <- YAML file,
+merged section by section, then validated once. Every key can be set in YAML
+(``section: {key: value}``) and overridden by an environment variable
+``OTEL_BLAME_<SECTION>__<KEY>`` (nested models continue with ``__``), e.g.
 ``OTEL_BLAME_ASSEMBLY__QUIET_PERIOD=0.5`` or ``OTEL_BLAME_EXPORTER__TLS__CA_FILE=/ca.pem``.
 Values are read as YAML scalars (``true``, ``3``, ``0.5``, ``null``). Other ``OTEL_BLAME_*``
-variables (used by the instrumentation and the LLM client) are left alone.
+variables without ``__`` (used by the instrumentation and the LLM client) are left alone; a
+variable with ``__`` whose section is unknown (a misspelt ``OTEL_BLAME_RECIEVERS__AUTH_TOKEN``)
+stops the start, as does an unknown key anywhere, a boolean given for a number, or an empty
+auth token.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from otel_blame import semconv as sc
 from otel_blame.alerting.repeated import RepeatedCulpritRule
@@ -39,8 +55,26 @@ def _check_endpoint(value: str | None) -> str | None:
     return value
 
 
+def _numeric_fields(model: type[BaseModel]) -> set[str]:
+    return {
+        name
+        for name, info in model.model_fields.items()
+        if info.annotation in (int, float, int | None, float | None)
+    }
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        """``max_traces: true`` is a mistake, not 1 (pydantic's lax mode would take it)."""
+        if isinstance(data, Mapping):
+            for name in _numeric_fields(cls):
+                if isinstance(data.get(name), bool):
+                    raise ValueError(f"{name}: expected a number, got {data[name]!r}")
+        return data
 
 
 class ServerTLSConfig(_Section):
@@ -67,14 +101,37 @@ class ReceiversConfig(_Section):
     auth_token: SecretStr | None = Field(default=None, description="require 'Authorization: Bearer <token>'")
     tls: ServerTLSConfig | None = None
     grpc_workers: int = Field(default=16, ge=1, description="concurrent gRPC requests")
+    http_max_connections: int = Field(
+        default=512,
+        ge=1,
+        description="open HTTP connections; more are closed at once (at most half the open-file limit)",
+    )
+    http_header_timeout: float = Field(
+        default=10.0, gt=0, description="seconds to receive a request's headers (idle time included)"
+    )
+    http_body_timeout: float = Field(default=30.0, gt=0, description="seconds to receive a request's body")
+    http_keep_alive: float = Field(default=30.0, gt=0, description="idle seconds before a kept-alive close")
+    max_json_depth: int = Field(default=64, ge=8, le=256, description="deeper JSON bodies get 400")
 
     _endpoints = field_validator("grpc_endpoint", "http_endpoint")(_check_endpoint)
+
+    @field_validator("auth_token")
+    @classmethod
+    def _token_not_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("empty token: set a token, or remove the key to run without authentication")
+        return value
 
 
 class WALConfig(_Section):
     dir: Path = Field(default=Path("otel-blame-wal"), description="where the SQLite log lives")
     max_bytes: int = Field(default=1024 * MiB, gt=0, description="past this, receivers answer 'retry later'")
     retry_after_seconds: int = Field(default=5, ge=1, description="the retry hint sent when full")
+    reserve_bytes: int = Field(
+        default=4 * MiB,
+        ge=0,
+        description="free disk kept back so deletes and checkpoints work on a full disk",
+    )
 
 
 class AssemblyConfig(_Section):
@@ -154,24 +211,37 @@ class ProcessorConfig(_Section):
     shutdown_timeout: float = Field(default=10.0, ge=0, description="seconds to flush on stop")
 
 
-_SECTIONS = {name for name, info in ProcessorConfig.model_fields.items()}
+_SECTIONS = set(ProcessorConfig.model_fields)
+
+# keys whose values stay strings even when they look like numbers
+_STRING_KEYS = {
+    "auth_token", "api_key", "bearer_token", "endpoint", "grpc_endpoint", "http_endpoint",
+    "method", "model", "url",
+}  # fmt: skip
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+def _env_tree(environ: Mapping[str, str]) -> dict[str, Any]:
     """Nested dict from ``OTEL_BLAME_<SECTION>__<KEY>`` variables (and ``OTEL_BLAME_SHUTDOWN_TIMEOUT``)."""
     tree: dict[str, Any] = {}
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX):
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
-        if path[0] not in _SECTIONS or (len(path) == 1 and path[0] != "shutdown_timeout"):
-            continue
+        if len(path) == 1:
+            if path[0] != "shutdown_timeout":
+                continue  # the instrumentation's and the LLM client's own variables
+        elif path[0] not in _SECTIONS:
+            raise ConfigError(
+                f"{name}: unknown section {path[0]!r} (sections: {', '.join(sorted(_SECTIONS))})"
+            )
         try:
             value = yaml.safe_load(raw) if raw != "" else None
         except yaml.YAMLError:
             value = raw
         if isinstance(value, dict | list) or (path[-1] in _STRING_KEYS and value is not None):
             value = raw
+        if path[-1] == "auth_token" and raw == "":
+            value = ""  # an empty token is refused, not read as "no token"
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -181,21 +251,53 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     return tree
 
 
-# keys whose values stay strings even when they look like numbers
-_STRING_KEYS = {
-    "auth_token", "api_key", "bearer_token", "endpoint", "grpc_endpoint", "http_endpoint",
-    "method", "model", "url",
-}  # fmt: skip
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ConfigError(f"cannot read configuration {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"configuration {path} is not valid YAML: {error}") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ConfigError(f"configuration {path}: expected a mapping at the top level")
+    return loaded or {}
 
 
-def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(dict(out[key]), value)
-        else:
-            out[key] = value
-    return out
+class _TreeSource(PydanticBaseSettingsSource):
+    """One layer (YAML file or environment) as an already nested dict."""
+
+    def __init__(self, settings_cls: type[BaseSettings], tree: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._tree = tree
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._tree.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._tree)
+
+
+class _LayeredConfig(BaseSettings, ProcessorConfig):
+    """ProcessorConfig read through pydantic-settings: init (flags) <- environment <- YAML."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid", validate_assignment=True, nested_model_default_partial_update=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        layers = _LAYERS.get()
+        return (init_settings, _TreeSource(settings_cls, layers[0]), _TreeSource(settings_cls, layers[1]))
+
+
+_LAYERS: contextvars.ContextVar[tuple[dict[str, Any], dict[str, Any]]] = contextvars.ContextVar("layers")
 
 
 def _describe(error: ValidationError) -> str:
@@ -216,21 +318,12 @@ def load_config(
     environ: Mapping[str, str] | None = None,
 ) -> ProcessorConfig:
     """YAML file (optional) <- environment <- explicit overrides (CLI flags), then validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as error:
-            raise ConfigError(f"cannot read configuration {path}: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"configuration {path} is not valid YAML: {error}") from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"configuration {path}: expected a mapping at the top level")
-        data = loaded or {}
-    data = _merge(data, _env_overrides(os.environ if environ is None else environ))
-    if overrides:
-        data = _merge(data, overrides)
+    from_file = _read_yaml(path) if path is not None else {}
+    from_env = _env_tree(os.environ if environ is None else environ)
+    token = _LAYERS.set((from_env, from_file))
     try:
-        return ProcessorConfig.model_validate(data)
+        return _LayeredConfig(**dict(overrides or {}))
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
+    finally:
+        _LAYERS.reset(token)

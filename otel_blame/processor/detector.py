@@ -5,8 +5,8 @@ from __future__ import annotations
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from otel_blame import semconv as sc
+from otel_blame.conventions import any_value_to_python
 from otel_blame.processor.config import DetectionConfig
-from otel_blame.spans_to_trajectory import any_value_to_python
 
 
 def _number(value: object) -> float | None:

@@ -25,3 +25,13 @@ class NotAccepting(IngestError):
 
 class VerdictNotFound(Exception):
     """A verdict names a trace that is neither being assembled nor among the retained ones."""
+
+
+class Accepted:
+    """A request was stored; ``rejected`` items in it were invalid and left out (OTLP partial success)."""
+
+    __slots__ = ("rejected", "message")
+
+    def __init__(self, rejected: int = 0, message: str = "") -> None:
+        self.rejected = rejected
+        self.message = message

@@ -5,15 +5,23 @@ commits whatever has queued up in one transaction (group commit, ``synchronous=F
 concurrent receivers share one fsync. A row leaves the log only when every part cut from it
 (one per trace) has been acknowledged by the downstream; after a crash the remaining rows are
 replayed, so delivery is at least once.
+
+Storage errors never become an acknowledgement: a failed commit (disk full, I/O error) fails
+every append in it with :class:`WALStorageError`, which the receivers answer with a retryable
+status. Deletes are committed on their own, before appends, and retried until they succeed, so
+the log drains by itself once the downstream is back. A reserve file (``wal.reserve_bytes``)
+holds back some disk: when a delete or the start-up hits a full disk, the reserve is given up
+so that SQLite has room to record the deletes, and taken again once there is space.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +38,10 @@ class WALFull(Exception):
 
 class WALClosed(Exception):
     """The log is shut down."""
+
+
+class WALStorageError(Exception):
+    """The row could not be stored (disk full, I/O error): nothing was acknowledged; retry later."""
 
 
 @dataclass
@@ -52,36 +64,86 @@ class WALRow:
 class WriteAheadLog:
     """``append`` blocks until the row is durable; ``release`` counts acknowledged parts."""
 
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, reserve_bytes: int = 0) -> None:
         self.path = directory / "otel-blame-wal.sqlite"
+        self.reserve_path = directory / "otel-blame-wal.reserve"
         self.max_bytes = max_bytes
+        self.reserve_bytes = reserve_bytes
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=FULL")
-            self._connection.execute(
-                "CREATE TABLE IF NOT EXISTS requests ("
-                "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body BLOB NOT NULL)"
-            )
-            row = self._connection.execute(
-                "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*) FROM requests"
-            ).fetchone()
+            try:
+                row = self._open()
+            except sqlite3.OperationalError:
+                if not self._give_up_reserve():  # a full disk at start: use the reserve, then retry
+                    raise
+                row = self._open()
         except (OSError, sqlite3.Error) as error:
             raise OSError(f"cannot open the write-ahead log {self.path}: {error}") from None
         self._bytes = int(row[0])
         self.recovered_rows = int(row[1])
-        self._recover_up_to = int(
-            self._connection.execute("SELECT COALESCE(MAX(id), 0) FROM requests").fetchone()[0]
-        )
+        self._recover_up_to = int(row[2])
+        self._take_reserve()
         self._sizes: dict[int, int] = {}
         self._remaining: dict[int, int] = {}
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Append | list[int] | None] = queue.SimpleQueue()
+        self._deletes_pending: list[int] = []  # delivered rows whose delete did not commit yet
         self._closed = False
         self.commits = 0
+        self.failed_commits = 0
+        self.rows_on_disk: int | None = None  # counted by close()
         self._writer = threading.Thread(target=self._write_loop, name="otel-blame-wal", daemon=True)
         self._writer.start()
+
+    def _open(self) -> tuple[int, int, int]:
+        self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=FULL")
+            # Debian's SQLite zeroes every freed page by default, which turns a delete into as
+            # many page writes as the row had: too much for a full disk. FAST still clears
+            # deleted content where that costs no extra I/O.
+            self._connection.execute("PRAGMA secure_delete=FAST")
+            # keep SQLite's own -wal file small (checkpoint often, truncate after): on a full disk
+            # the rows must live in the main file, where deletes free pages in place
+            pages = max(16, min(1000, self.reserve_bytes // 4096 // 2))
+            self._connection.execute(f"PRAGMA wal_autocheckpoint={pages}")
+            self._connection.execute(f"PRAGMA journal_size_limit={pages * 4096}")
+            self._connection.execute(
+                "CREATE TABLE IF NOT EXISTS requests ("
+                "id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body BLOB NOT NULL)"
+            )
+            total, count, last = self._connection.execute(
+                "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*), COALESCE(MAX(id), 0) FROM requests"
+            ).fetchone()
+        except sqlite3.Error:
+            self._connection.close()
+            raise
+        return int(total), int(count), int(last)
+
+    # -- the reserve ---------------------------------------------------------------------------
+    def _take_reserve(self) -> None:
+        """Hold ``reserve_bytes`` of disk in a file, when twice that is free (so that taking it
+        does not itself fill the disk); best effort."""
+        if not self.reserve_bytes:
+            return
+        try:
+            if self.reserve_path.exists() and self.reserve_path.stat().st_size >= self.reserve_bytes:
+                return
+            disk = os.statvfs(self.reserve_path.parent)
+            if disk.f_bavail * disk.f_frsize < 2 * self.reserve_bytes:
+                return
+            with open(self.reserve_path, "wb") as reserve:
+                os.posix_fallocate(reserve.fileno(), 0, self.reserve_bytes)
+        except OSError:
+            self.reserve_path.unlink(missing_ok=True)  # no room now; try again after the next deletes
+
+    def _give_up_reserve(self) -> bool:
+        if not self.reserve_path.exists():
+            return False
+        log.warning("write-ahead log: disk full; releasing the %d-byte reserve to drain", self.reserve_bytes)
+        self.reserve_path.unlink(missing_ok=True)
+        return True
 
     # -- reading back after a restart --------------------------------------------------------
     def recovered(self) -> Iterator[WALRow]:
@@ -118,8 +180,9 @@ class WriteAheadLog:
 
     @property
     def pending_rows(self) -> int:
+        """Rows not delivered yet, plus delivered rows whose delete has not committed yet."""
         with self._lock:
-            return len(self._remaining)
+            return len(self._remaining) + len(self._deletes_pending)
 
     def append(self, kind: str, body: bytes, parts: int, timeout: float = 30.0) -> int:
         """Store ``body`` durably and return its row id; ``parts`` acknowledgements delete it."""
@@ -134,7 +197,7 @@ class WriteAheadLog:
         if not item.done.wait(timeout):
             raise TimeoutError("write-ahead log did not commit in time")
         if item.error is not None:
-            raise item.error
+            raise WALStorageError(f"write-ahead log cannot store the request: {item.error}") from None
         return item.row_id
 
     def release(self, row_ids: Iterable[int], parts: int = 1) -> None:
@@ -155,30 +218,57 @@ class WriteAheadLog:
             self._queue.put(finished)
 
     def close(self) -> None:
+        """Stop the writer (after a last attempt at pending deletes) and count the rows left."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._queue.put(None)
         self._writer.join(10)
+        try:
+            self.rows_on_disk = int(self._connection.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+        except sqlite3.Error:
+            self.rows_on_disk = None
         self._connection.close()
 
+    @property
+    def empty(self) -> bool:
+        """True when no row is left on disk (known only after close) and none is pending."""
+        with self._lock:
+            pending = bool(self._remaining) or bool(self._deletes_pending)
+        return not pending and self.rows_on_disk == 0
+
     # -- the writer thread -----------------------------------------------------------------
+    _DELETE_RETRY_SECONDS = 0.2
+
     def _write_loop(self) -> None:
         stop = False
         while not stop:
-            batch = [self._queue.get()]
+            try:
+                first = self._queue.get(timeout=self._DELETE_RETRY_SECONDS if self._deletes_pending else None)
+                batch = [first]
+            except queue.Empty:
+                batch = []
             while True:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             appends = [item for item in batch if isinstance(item, _Append)]
-            deletes = [row_id for item in batch if isinstance(item, list) for row_id in item]
+            self._deletes_pending.extend(
+                row_id for item in batch if isinstance(item, list) for row_id in item
+            )
             stop = any(item is None for item in batch)
+            self._commit_deletes()
+            if stop and self._deletes_pending:  # one last chance with the reserve given up
+                if self._give_up_reserve():
+                    self._commit_deletes()
+            if not appends:
+                continue
             try:
-                self._commit(appends, deletes)
+                self._commit_appends(appends)
             except Exception as error:  # disk full, I/O error: the senders get an error, not an ack
+                self.failed_commits += 1
                 log.error("write-ahead log commit failed: %s", error)
                 with self._lock:
                     for item in appends:
@@ -188,30 +278,76 @@ class WriteAheadLog:
             for item in appends:
                 item.done.set()
 
-    def _commit(self, appends: list[_Append], deletes: list[int]) -> None:
-        if not appends and not deletes:
-            return
+    def _transaction(self, work: Callable[[sqlite3.Cursor], None]) -> None:
         cursor = self._connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         try:
+            work(cursor)
+            cursor.execute("COMMIT")
+        except BaseException:
+            # SQLite may have rolled back already (SQLITE_FULL during COMMIT does): only roll back
+            # a transaction that is still open, so the original error is what the caller sees.
+            if self._connection.in_transaction:
+                try:
+                    self._connection.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.debug("rollback after a failed commit failed", exc_info=True)
+            raise
+        self.commits += 1
+
+    def _commit_deletes(self) -> None:
+        """Delete delivered rows; on failure keep them pending (retried), giving up the reserve.
+
+        All at once first; failing that (a full disk) with the reserve given up; failing that, one
+        row at a time, so that each delete frees room for the next."""
+        if not self._deletes_pending:
+            return
+        done = self._delete(list(self._deletes_pending))
+        if not done and self._give_up_reserve():
+            done = self._delete(list(self._deletes_pending))
+        if not done:
+            for row_id in list(self._deletes_pending):
+                if not self._delete([row_id]):
+                    log.warning(
+                        "write-ahead log: deleting %d delivered rows failed (disk full?); retrying",
+                        len(self._deletes_pending),
+                    )
+                    return
+        if self.reserve_bytes and not self.reserve_path.exists():
+            try:
+                self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error:
+                pass
+            self._take_reserve()
+
+    def _delete(self, row_ids: list[int]) -> bool:
+        try:
+            self._transaction(
+                lambda cursor: cursor.executemany(
+                    "DELETE FROM requests WHERE id = ?", [(r,) for r in row_ids]
+                )
+            )
+        except sqlite3.Error:
+            self.failed_commits += 1
+            return False
+        gone = set(row_ids)
+        self._deletes_pending[:] = [row_id for row_id in self._deletes_pending if row_id not in gone]
+        with self._lock:
+            for row_id in row_ids:
+                self._bytes -= self._sizes.pop(row_id, 0)
+        return True
+
+    def _commit_appends(self, appends: list[_Append]) -> None:
+        def insert(cursor: sqlite3.Cursor) -> None:
             for item in appends:
                 cursor.execute("INSERT INTO requests (kind, body) VALUES (?, ?)", (item.kind, item.body))
                 item.row_id = int(cursor.lastrowid or 0)
-            if deletes:
-                cursor.executemany("DELETE FROM requests WHERE id = ?", [(row_id,) for row_id in deletes])
-            cursor.execute("COMMIT")
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
-        self.commits += 1
+
+        self._transaction(insert)
         with self._lock:
             for item in appends:
                 self._sizes[item.row_id] = len(item.body)
                 if item.parts > 0:
                     self._remaining[item.row_id] = item.parts
-            for row_id in deletes:
-                self._bytes -= self._sizes.pop(row_id, 0)
         # rows appended with no parts (nothing to deliver) go straight away
-        empty = [item.row_id for item in appends if item.parts <= 0]
-        if empty:
-            self._queue.put(empty)
+        self._deletes_pending.extend(item.row_id for item in appends if item.parts <= 0)

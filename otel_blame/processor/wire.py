@@ -58,6 +58,42 @@ class DecodeError(ValueError):
     """The request body is not a valid OTLP protobuf message."""
 
 
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
+def bad_span_ids(trace_id: bytes, span_id: bytes, parent_span_id: bytes) -> str | None:
+    """Why a span's ids break the OTLP spec (16-byte trace id, 8-byte span id, neither all zero)."""
+    if len(trace_id) != 16 or trace_id == _ZERO_TRACE:
+        return f"trace id of {len(trace_id)} bytes{' (all zero)' if trace_id and not any(trace_id) else ''}"
+    if len(span_id) != 8 or span_id == _ZERO_SPAN:
+        return f"span id of {len(span_id)} bytes{' (all zero)' if span_id and not any(span_id) else ''}"
+    if parent_span_id and (len(parent_span_id) != 8 or parent_span_id == _ZERO_SPAN):
+        return f"parent span id of {len(parent_span_id)} bytes"
+    return None
+
+
+def bad_record_ids(trace_id: bytes, span_id: bytes) -> str | None:
+    """Log records may stand outside a trace (empty ids); present ids must be valid."""
+    if trace_id and (len(trace_id) != 16 or trace_id == _ZERO_TRACE):
+        return f"trace id of {len(trace_id)} bytes"
+    if span_id and (len(span_id) != 8 or span_id == _ZERO_SPAN or not trace_id):
+        return f"span id of {len(span_id)} bytes" + ("" if trace_id else " without a trace id")
+    return None
+
+
+class Groups(list["TraceGroup"]):
+    """The per-trace payloads of one request, and what was left out of it as invalid."""
+
+    rejected: int = 0
+    rejection: str = ""
+
+    def reject(self, why: str) -> None:
+        if not self.rejected:
+            self.rejection = why
+        self.rejected += 1
+
+
 @dataclass(slots=True)
 class TraceGroup:
     """The spans (or log records) of one trace taken from one request, as a request payload."""
@@ -70,12 +106,12 @@ class TraceGroup:
     has_agent: bool = False
 
 
-def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[TraceGroup]:
+def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
     """Parse an ExportTraceServiceRequest and cut it into one payload per trace id.
 
     ``root_is_failed`` is asked about every root span as it passes by (no parent, or a remote
     parent and workflow attributes), so failure detection needs no second parse for traces that
-    end well.
+    end well. Spans with invalid ids are left out and counted in ``Groups.rejected``.
     """
     try:
         request = ExportTraceServiceRequest.FromString(body)
@@ -85,6 +121,7 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[Tr
     per_trace: dict[bytes, list[tuple[bytes, list[tuple[bytes, list[bytes]]]]]] = {}
     roots: dict[bytes, bool] = {}
     counts: dict[bytes, int] = {}
+    rejected = Groups()
     for resource_spans in request.resource_spans:
         resource_header = b""
         if resource_spans.HasField("resource"):
@@ -103,6 +140,15 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[Tr
             by_trace: dict[bytes, list[bytes]] = {}
             for span in scope_spans.spans:
                 trace_id = span.trace_id
+                if (
+                    len(trace_id) != 16
+                    or len(span.span_id) != 8
+                    or trace_id == _ZERO_TRACE
+                    or (span.span_id == _ZERO_SPAN or (span.parent_span_id and len(span.parent_span_id) != 8))
+                    or span.parent_span_id == _ZERO_SPAN
+                ):
+                    rejected.reject(bad_span_ids(trace_id, span.span_id, span.parent_span_id) or "bad ids")
+                    continue
                 spans = by_trace.get(trace_id)
                 if spans is None:
                     spans = by_trace[trace_id] = []
@@ -120,7 +166,7 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[Tr
                 counts[trace_id] = counts.get(trace_id, 0) + len(spans)
         for trace_id, scopes in touched.items():
             per_trace.setdefault(trace_id, []).append((resource_header_full, scopes))
-    groups = []
+    groups = rejected
     for trace_id, resources in per_trace.items():
         encoded = []
         for resource_header, scopes in resources:
@@ -143,15 +189,16 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> list[Tr
     return groups
 
 
-def split_logs(body: bytes) -> list[TraceGroup]:
+def split_logs(body: bytes) -> Groups:
     """Parse an ExportLogsServiceRequest and cut it into one payload per trace id (``b""`` for
-    records outside any trace)."""
+    records outside any trace). Records with invalid ids are left out and counted."""
     try:
         request = ExportLogsServiceRequest.FromString(body)
     except Exception as error:
         raise DecodeError(f"invalid ExportLogsServiceRequest: {error}") from None
     per_trace: dict[bytes, list[bytes]] = {}
     counts: dict[bytes, int] = {}
+    groups = Groups()
     for resource_logs in request.resource_logs:
         header = b""
         if resource_logs.HasField("resource"):
@@ -166,6 +213,10 @@ def split_logs(body: bytes) -> list[TraceGroup]:
                 scope_header += field(_TAG_3, scope_logs.schema_url.encode())
             by_trace: dict[bytes, list[bytes]] = {}
             for record in scope_logs.log_records:
+                why = bad_record_ids(record.trace_id, record.span_id)
+                if why is not None:
+                    groups.reject(why)
+                    continue
                 by_trace.setdefault(record.trace_id, []).append(record.SerializeToString())
             for trace_id, records in by_trace.items():
                 touched.setdefault(trace_id, []).append(
@@ -174,7 +225,7 @@ def split_logs(body: bytes) -> list[TraceGroup]:
                 counts[trace_id] = counts.get(trace_id, 0) + len(records)
         for trace_id, scopes in touched.items():
             per_trace.setdefault(trace_id, []).append(field(_TAG_1, header + b"".join(scopes) + tail))
-    return [
+    groups.extend(
         TraceGroup(
             trace_id=trace_id,
             payload=b"".join(parts),
@@ -182,7 +233,8 @@ def split_logs(body: bytes) -> list[TraceGroup]:
             has_agent=b"gen_ai." in b"".join(parts),
         )
         for trace_id, parts in per_trace.items()
-    ]
+    )
+    return groups
 
 
 def count_spans(payload: bytes) -> int:

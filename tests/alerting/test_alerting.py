@@ -3,6 +3,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from otel_blame.alerting import (
     CulpritMetrics,
@@ -33,12 +34,20 @@ def test_metrics_render_counts_with_escaped_labels():
     metrics.record_attribution(_blame('Web"Surfer\n'), service="shop")
     metrics.record_trace("failure", attributed=True)
     text = metrics.render()
-    assert 'otel_blame_attributions_total{service="shop",agent="Coder",method="heuristic"} 2' in text
-    assert 'agent="Web\\"Surfer\\n"' in text
-    assert 'otel_blame_attribution_fallbacks_total{method="heuristic"} 1' in text
-    assert 'otel_blame_llm_tokens_total{direction="input"} 40' in text
-    assert 'otel_blame_traces_total{outcome="failure",attributed="true"} 1' in text
-    assert "otel_blame_attribution_seconds_count 3" in text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    labels = (("agent", "Coder"), ("method", "heuristic"), ("service", "shop"))
+    assert samples[("otel_blame_attributions_total", labels)] == 2
+    assert 'agent="Web\\"Surfer\\n"' in text  # escaped in the exposition
+    escaped = (("agent", 'Web"Surfer\n'), ("method", "heuristic"), ("service", "shop"))
+    assert samples[("otel_blame_attributions_total", escaped)] == 1
+    assert samples[("otel_blame_attribution_fallbacks_total", (("method", "heuristic"),))] == 1
+    assert samples[("otel_blame_llm_tokens_total", (("direction", "input"),))] == 40
+    assert samples[("otel_blame_traces_total", (("attributed", "true"), ("outcome", "failure")))] == 1
+    assert samples[("otel_blame_attribution_seconds_count", ())] == 3
     assert metrics.attributions()[("shop", "Coder")] == 2
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from otel_blame import semconv as sc
 from otel_blame.cli import main
 from otel_blame.demo import Blame, format_blame_table
-from otel_blame.demo_scenario import TASKS, final_answer
+from otel_blame.demo.scenario import TASKS, final_answer
 from otel_blame.otlp_json import parse_otlp_json
 
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason

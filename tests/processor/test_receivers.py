@@ -36,13 +36,13 @@ def _raw_grpc(endpoint: str, body: bytes, metadata=None) -> grpc.RpcError | None
 
 def _post(
     endpoint: str, path: str, body: bytes, headers: dict[str, str]
-) -> tuple[int, bytes, dict[str, str]]:
+) -> tuple[int, bytes, http.client.HTTPMessage]:
     host, _, port = endpoint.rpartition(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
-        return response.status, response.read(), dict(response.getheaders())
+        return response.status, response.read(), response.headers  # case-insensitive
     finally:
         connection.close()
 

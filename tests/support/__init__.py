@@ -5,7 +5,7 @@ scripted OpenAI-compatible server and the recording OTLP/gRPC sink are also what
 runs on, so their code lives in the package's demo support; tests import them from here only.
 """
 
-from otel_blame.otlp_sink import RecordedSpan, RecordingOTLPSink
-from otel_blame.scripted_llm import Reply, ScriptedLLM
+from otel_blame.demo.scripted_llm import Reply, ScriptedLLM
+from otel_blame.demo.span_recorder import RecordedSpan, RecordingOTLPSink
 
 __all__ = ["RecordedSpan", "RecordingOTLPSink", "Reply", "ScriptedLLM"]

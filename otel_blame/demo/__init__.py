@@ -1,6 +1,12 @@
 """`otel-blame demo`: the whole path offline, in one process, with no API key.
 
-An instrumented AG2 group chat (otel_blame.demo_scenario) runs three tasks against a scripted LLM;
+This package is the demo and its support, kept apart from the product modules: the scenario
+(:mod:`.scenario`, an AG2 group chat with planted faults), its offline LLM
+(:mod:`.scripted_llm`, a scripted OpenAI-compatible server) and its span recorder
+(:mod:`.span_recorder`, a recording OTLP/gRPC server standing in for a backend). The test suite
+uses the last two as its test doubles, through ``tests.support``.
+
+An instrumented AG2 group chat (otel_blame.demo.scenario) runs three tasks against a scripted LLM;
 its spans go over OTLP/gRPC to the blame processor running in-process; the processor attributes
 the failed runs and exports the enriched traces either to Jaeger (``--jaeger`` or Jaeger found on
 localhost:16686) or to a local recorder, from which they are written as OTLP JSON. Then one table
@@ -33,10 +39,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_blame import semconv as sc
-from otel_blame.demo_scenario import TASKS, DemoTask, SpanCounter, TaskRunResult, run_tasks
+from otel_blame.demo.scenario import TASKS, DemoTask, SpanCounter, TaskRunResult, run_tasks
+from otel_blame.demo.span_recorder import RecordedSpan, RecordingOTLPSink
 from otel_blame.otlp_json import traces_to_json
-from otel_blame.otlp_sink import RecordedSpan, RecordingOTLPSink
-from otel_blame.processor import BlameProcessor, load_config
 
 DEFAULT_JAEGER_URL = "http://localhost:16686"
 SERVICE_NAME = "otel-blame-demo"
@@ -274,6 +279,8 @@ def demo(
         jaeger_url = DEFAULT_JAEGER_URL
     if jaeger_url is not None:
         jaeger_otlp = jaeger_otlp or default_jaeger_otlp(jaeger_url)
+
+    from otel_blame.processor import BlameProcessor, load_config  # the `processor` extra
 
     with contextlib.ExitStack() as stack:
         sink: RecordingOTLPSink | None = None

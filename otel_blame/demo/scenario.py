@@ -20,7 +20,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from otel_blame.scripted_llm import Reply, ScriptedLLM
+from otel_blame.demo.scripted_llm import Reply, ScriptedLLM
 
 AGENTS = ("user", "planner", "coder", "executor", "reviewer")
 LLM_AGENTS = ("planner", "coder", "reviewer")

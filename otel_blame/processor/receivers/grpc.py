@@ -2,8 +2,10 @@
 
 Requests are handed over as the bytes that arrived (they are stored in the write-ahead log as
 they are). Answers follow the OTLP specification: INVALID_ARGUMENT for malformed data (do not
-retry), RESOURCE_EXHAUSTED with a RetryInfo detail when the log is full, UNAVAILABLE while
-starting or stopping, UNAUTHENTICATED for a missing or wrong bearer token.
+retry), RESOURCE_EXHAUSTED with a RetryInfo detail when the log is full or cannot store
+(disk full, I/O error), UNAVAILABLE while starting or stopping, UNAUTHENTICATED for a missing or
+wrong bearer token. Spans or log records with invalid ids are left out and named in the
+response's ``partial_success``.
 """
 
 from __future__ import annotations
@@ -18,9 +20,17 @@ import grpc
 from google.protobuf.any_pb2 import Any as AnyProto
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceResponse,
+)
 
 from otel_blame.processor.config import ReceiversConfig
-from otel_blame.processor.errors import Backpressure, InvalidRequest, NotAccepting
+from otel_blame.processor.errors import Accepted, Backpressure, InvalidRequest, NotAccepting
 from otel_blame.processor.tls import grpc_server_credentials
 
 log = logging.getLogger(__name__)
@@ -30,9 +40,23 @@ LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 class IngestHandler(Protocol):
-    def accept_traces(self, body: bytes) -> None: ...
+    def accept_traces(self, body: bytes) -> Accepted: ...
 
-    def accept_logs(self, body: bytes) -> None: ...
+    def accept_logs(self, body: bytes) -> Accepted: ...
+
+
+def _trace_response(accepted: Accepted) -> bytes:
+    if not accepted.rejected:
+        return b""  # an empty ExportTraceServiceResponse: everything accepted
+    partial = ExportTracePartialSuccess(rejected_spans=accepted.rejected, error_message=accepted.message)
+    return ExportTraceServiceResponse(partial_success=partial).SerializeToString()
+
+
+def _logs_response(accepted: Accepted) -> bytes:
+    if not accepted.rejected:
+        return b""
+    partial = ExportLogsPartialSuccess(rejected_log_records=accepted.rejected, error_message=accepted.message)
+    return ExportLogsServiceResponse(partial_success=partial).SerializeToString()
 
 
 def _retry_details(message: str, retry_after: int) -> bytes:
@@ -58,10 +82,10 @@ class GRPCReceiver:
         self._server.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
-                    TRACE_SERVICE, {"Export": self._unary(self._handler.accept_traces)}
+                    TRACE_SERVICE, {"Export": self._unary(self._handler.accept_traces, _trace_response)}
                 ),
                 grpc.method_handlers_generic_handler(
-                    LOGS_SERVICE, {"Export": self._unary(self._handler.accept_logs)}
+                    LOGS_SERVICE, {"Export": self._unary(self._handler.accept_logs, _logs_response)}
                 ),
             )
         )
@@ -83,12 +107,14 @@ class GRPCReceiver:
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def _unary(self, accept: Callable[[bytes], None]) -> grpc.RpcMethodHandler:
+    def _unary(
+        self, accept: Callable[[bytes], Accepted], respond: Callable[[Accepted], bytes]
+    ) -> grpc.RpcMethodHandler:
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
             if self._token is not None and not self._authorised(context):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
             try:
-                accept(request)
+                accepted = accept(request)
             except InvalidRequest as error:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
             except Backpressure as error:
@@ -98,7 +124,7 @@ class GRPCReceiver:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
             except NotAccepting as error:
                 context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
-            return b""  # an empty Export*ServiceResponse: everything accepted
+            return respond(accepted)
 
         return grpc.unary_unary_rpc_method_handler(
             handle, request_deserializer=None, response_serializer=None

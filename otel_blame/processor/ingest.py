@@ -1,0 +1,105 @@
+"""Between the receivers and the assembler: decode and check a request, make it durable, route it.
+
+A request is split by trace id (spans with invalid ids are left out and counted, OTLP partial
+success), written to the write-ahead log as it arrived, and only then acknowledged; its groups go
+on to the assembly stage. On start, rows a previous run acknowledged but did not deliver are
+replayed through the same path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from otel_blame.processor.assembler import AssemblyStage
+from otel_blame.processor.config import WALConfig
+from otel_blame.processor.counters import Counters
+from otel_blame.processor.errors import Accepted, Backpressure, InvalidRequest, NotAccepting
+from otel_blame.processor.exporter import TRACES, OTLPExporter
+from otel_blame.processor.wal import (
+    KIND_DIRECT_TRACES,
+    KIND_LOGS,
+    WALClosed,
+    WALFull,
+    WALStorageError,
+    WriteAheadLog,
+)
+from otel_blame.processor.wire import DecodeError, Groups, count_spans, split_logs, split_traces
+
+log = logging.getLogger(__name__)
+
+
+class Ingest:
+    def __init__(
+        self,
+        wal: WriteAheadLog,
+        config: WALConfig,
+        stage: AssemblyStage,
+        exporter: OTLPExporter,
+        counters: Counters,
+        root_is_failed: Callable[..., bool],
+    ) -> None:
+        self._wal = wal
+        self._config = config
+        self._stage = stage
+        self._exporter = exporter
+        self._counters = counters
+        self._root_is_failed = root_is_failed
+        self.accepting = False
+
+    def split(self, kind: str, body: bytes) -> Groups:
+        if kind == KIND_LOGS:
+            return split_logs(body)
+        return split_traces(body, self._root_is_failed)
+
+    def accept(self, kind: str, body: bytes) -> Accepted:
+        """Store one export request durably and route it; raises an IngestError if not stored."""
+        if not self.accepting:
+            raise NotAccepting("the processor is not accepting data right now")
+        logs = kind == KIND_LOGS
+        try:
+            groups = self.split(kind, body)
+        except DecodeError as error:
+            self._counters.add("rejected_requests")
+            raise InvalidRequest(str(error)) from None
+        accepted = Accepted()
+        if groups.rejected:
+            self._counters.add("rejected_log_records" if logs else "rejected_spans", groups.rejected)
+            noun = "log records" if logs else "spans"
+            accepted = Accepted(
+                groups.rejected, f"{groups.rejected} {noun} with invalid ids: {groups.rejection}"
+            )
+        if not groups:
+            return accepted
+        try:
+            row = self._wal.append(kind, body, parts=len(groups))
+        except WALFull as error:
+            self._counters.add("rejected_requests")
+            raise Backpressure(str(error), self._config.retry_after_seconds) from None
+        except WALStorageError as error:
+            self._counters.add("storage_errors")
+            raise Backpressure(str(error), self._config.retry_after_seconds) from None
+        except (WALClosed, TimeoutError) as error:
+            raise NotAccepting(str(error)) from None
+        self._counters.add("received_log_records" if logs else "received_spans", sum(g.items for g in groups))
+        self._stage.route(kind, groups, row, logs=logs)
+        return accepted
+
+    def replay(self) -> None:
+        """Deliver what a previous run acknowledged but did not deliver (at least once)."""
+        for row in self._wal.recovered():
+            self._counters.add("replayed_rows")
+            if row.kind == KIND_DIRECT_TRACES:
+                self._wal.adopt(row, 1)
+                self._exporter.submit(TRACES, row.body, [row.row_id], count_spans(row.body))
+                continue
+            try:
+                groups = self.split(row.kind, row.body)
+            except DecodeError:
+                log.error("write-ahead log row %d is unreadable; removing it", row.row_id)
+                self._wal.adopt(row, 0)
+                continue
+            self._wal.adopt(row, len(groups))
+            self._stage.route(row.kind, groups, row.row_id, logs=row.kind == KIND_LOGS)
+        if self._wal.recovered_rows:
+            log.info("replayed %d requests from the write-ahead log", self._wal.recovered_rows)
