@@ -69,16 +69,18 @@ def processor_ui(
     store_config: StoreConfig,
     *,
     wal_dir: Path,
-    auth_token: str | None,
+    auth_token: Any,
     llm: Any = None,
     jaeger_url_template: str | None = None,
     tempo_url_template: str | None = None,
     max_upload_bytes: int | None = None,
+    secure_cookies: bool = False,
 ) -> ProcessorUI:
     """Open the store the configuration names (SQLite next to the WAL by default) and build the UI."""
     store = open_store(store_config, wal_dir=wal_dir)
     settings = UISettings(
         auth_token=auth_token,
+        secure_cookies=secure_cookies,
         jaeger_url_template=jaeger_url_template,
         tempo_url_template=tempo_url_template,
         llm=llm if llm is not None and (llm.base_url or llm.api_key) else None,
