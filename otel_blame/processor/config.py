@@ -37,6 +37,8 @@ from otel_blame import semconv as sc
 from otel_blame.alerting.repeated import RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
+from otel_blame.store.config import StoreConfig
+from otel_blame.ui.settings import UIConfig
 
 ENV_PREFIX = "OTEL_BLAME_"
 MiB = 1024 * 1024
@@ -208,6 +210,8 @@ class ProcessorConfig(_Section):
     verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)  # the blame store the web UI reads
+    ui: UIConfig = Field(default_factory=UIConfig)  # /ui/ and /api/ on the HTTP port
     shutdown_timeout: float = Field(default=10.0, ge=0, description="seconds to flush on stop")
 
 

@@ -48,6 +48,7 @@ from otel_blame.processor.retention import RetainedTraces
 from otel_blame.processor.wal import KIND_LOGS, KIND_TRACES, WALFull, WALStorageError, WriteAheadLog
 from otel_blame.processor.wire import TraceGroup
 from otel_blame.redaction import Redactor
+from otel_blame.ui.attach import attach_blame_ui
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
@@ -75,6 +76,7 @@ class BlameProcessor:
         self._enricher = enricher or BlameEnricher()
         self._http_routes = list(http_routes)
         self._listeners = list(listeners)
+        self._blame_ui: Any = None  # the blame store and web UI, opened by start()
         self._runner = AttributionRunner(config.attribution, redactor)  # validates the method names
         self._detector = FailureDetector(config.detection)
         self._assembler = TraceAssembler(config.assembly)
@@ -96,6 +98,11 @@ class BlameProcessor:
             return self
         config = self.config
         wal = self._wal = WriteAheadLog(config.wal.dir, config.wal.max_bytes, config.wal.reserve_bytes)
+        try:  # the blame store: a listener writes every attribution, /ui/ and /api/ read it
+            self._blame_ui = attach_blame_ui(config, self._listeners, self._http_routes)
+        except BaseException:
+            wal.close()
+            raise
         try:
             exporter = self._exporter = OTLPExporter(config.exporter, wal.release)
         except BaseException:
@@ -193,6 +200,9 @@ class BlameProcessor:
             self._notifier.close(timeout=2)
         if self._wal is not None:
             self._wal.close()
+        if self._blame_ui is not None:
+            self._blame_ui.close()
+            self._blame_ui = None
 
     def __enter__(self) -> BlameProcessor:
         return self.start()

@@ -39,3 +39,17 @@ class UISettings(BaseModel):
     @property
     def llm_configured(self) -> bool:
         return self.llm is not None and (self.llm.base_url is not None or self.llm.api_key is not None)
+
+
+class UIConfig(BaseModel):
+    """The ``ui`` section of ``otel-blame serve``'s configuration: the pages and API on its HTTP port."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    enabled: bool = Field(default=True, description="serve /ui/ and /api/ on the HTTP receiver's port")
+    jaeger_url_template: str | None = Field(
+        default=None, description="e.g. http://jaeger:16686/trace/{trace_id}"
+    )
+    tempo_url_template: str | None = Field(default=None, description="a Grafana Explore URL with {trace_id}")
+    max_upload_bytes: int = Field(default=16 * MiB, gt=0, description="largest file /ui/attribute accepts")
+    secure_cookies: bool = Field(default=False, description="mark the sign-in cookies Secure (HTTPS)")

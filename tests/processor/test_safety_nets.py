@@ -151,14 +151,14 @@ def test_extra_routes_sit_behind_the_token_and_listeners_get_redacted_trajectori
     overrides = processor_overrides(sink.endpoint, tmp_path / "wal", receivers={"auth_token": "s3cret"})
     processor = BlameProcessor(
         load_config(overrides=overrides, environ={}),
-        http_routes=[Route("/ui/ping", ping)],
+        http_routes=[Route("/extra/ping", ping)],
         listeners=[heard.append],
     ).start()
     try:
         host, _, port = processor.http_endpoint.rpartition(":")
         for headers, status in (({}, 401), ({"Authorization": "Bearer s3cret"}, 200)):
             connection = http.client.HTTPConnection(host, int(port), timeout=10)
-            connection.request("GET", "/ui/ping", headers=headers)
+            connection.request("GET", "/extra/ping", headers=headers)
             response = connection.getresponse()
             assert (response.status, response.read() if status == 200 else b"pong") == (status, b"pong")
             connection.close()

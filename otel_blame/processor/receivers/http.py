@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # no token needed (probes, scrapers)
+# the web UI checks the same token itself (Bearer for its API, a sign-in cookie for its pages)
+SELF_AUTHENTICATED_PREFIXES = ("/ui/", "/api/")
 _MAX_HEADER_BYTES = 64 * 1024
 # asyncio accepts up to `backlog` connections in one go before any of them can be refused: a
 # small backlog keeps that burst (file descriptors held above the connection cap) small
@@ -168,7 +170,14 @@ class _BearerAuth:
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.token is None or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or self.token is None
+            or path in OPEN_PATHS
+            or path == "/ui"
+            or path.startswith(SELF_AUTHENTICATED_PREFIXES)
+        ):
             await self.app(scope, receive, send)
             return
         given = b""

@@ -1,0 +1,138 @@
+"""The UI inside `otel-blame serve`: real OTLP from the SDK's exporter into an in-process processor,
+the attribution kept in the store, shown on the processor's HTTP port under /ui/ in Chromium."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+from prometheus_client.parser import text_string_to_metric_families
+
+from otel_blame.conventions import attributes_to_dict
+from otel_blame.processor import BlameProcessor, load_config
+from tests.processor.conftest import processor_overrides
+from tests.processor.spans import record_agent_run
+from tests.support import RecordingOTLPSink
+from tests.ui.browser import chromium, off_loopback, requested_urls
+
+TOKEN = "serve-t0ken"
+STEPS = [
+    ("Planner", "Plan: multiply six by seven and report it."),
+    ("Researcher", "Looked it up: six times seven is 41, according to my notes."),
+    ("Solver", "The answer is 41."),
+]
+
+
+def _get(base: str, path: str, token: str | None = TOKEN) -> tuple[int, bytes]:
+    request = urllib.request.Request(
+        base + path, headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _start(sink: RecordingOTLPSink, wal: Path, **sections: dict) -> BlameProcessor:
+    overrides = processor_overrides(sink.endpoint, wal, receivers={"auth_token": TOKEN}, **sections)
+    return BlameProcessor(load_config(overrides=overrides, environ={})).start()
+
+
+def _send_failed_run(processor: BlameProcessor, sink: RecordingOTLPSink) -> str:
+    spans = record_agent_run(STEPS, failed=True)
+    exporter = OTLPSpanExporter(
+        endpoint=processor.grpc_endpoint, insecure=True, headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    sink.wait_for_spans(len(spans), timeout=15)
+    return f"{spans[0].context.trace_id:032x}"
+
+
+def _wait_for_run(base: str, trace_id: str) -> dict:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        status, body = _get(base, f"/api/runs/{trace_id}")
+        if status == 200:
+            return json.loads(body)
+        time.sleep(0.1)
+    raise AssertionError(f"trace {trace_id} never reached the blame store")
+
+
+@pytest.fixture
+def sink():  # noqa: ANN201
+    with RecordingOTLPSink() as recording:
+        yield recording
+
+
+def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, tmp_path: Path) -> None:
+    jaeger = "http://127.0.0.1:16686/trace/{trace_id}"
+    processor = _start(sink, tmp_path / "wal", ui={"jaeger_url_template": jaeger})
+    base = f"http://{processor.http_endpoint}"
+    try:
+        trace_id = _send_failed_run(processor, sink)
+        run = _wait_for_run(base, trace_id)
+        assert run["service"] == "agents-under-test" and run["outcome"] == "failure"
+        assert [s["agent"] for s in run["trajectory"]["steps"]] == [agent for agent, _ in STEPS]
+        # the blame on the exported spans is the stored blame
+        root = next(
+            attrs
+            for attrs in (attributes_to_dict(recorded.span.attributes) for recorded in sink.spans())
+            if "blame.confidence" in attrs
+        )
+        assert (root["blame.agent"], root["blame.step"]) == (run["agent"], run["step"])
+        # the API needs the processor's token; the pages redirect to the sign-in
+        assert _get(base, "/api/failures", token=None)[0] == 401
+        assert json.loads(_get(base, "/api/failures")[1])["failures"][0]["trace_id"] == trace_id
+        # the culprits page counts what the Prometheus metric counts
+        culprits = json.loads(_get(base, "/api/culprits?window=1h")[1])
+        metric = {
+            (sample.labels["service"], sample.labels["agent"]): sample.value
+            for family in text_string_to_metric_families(_get(base, "/metrics", token=None)[1].decode())
+            if family.name == "otel_blame_attributions"
+            for sample in family.samples
+            if sample.name == "otel_blame_attributions_total"
+        }
+        assert {(c["service"], c["agent"]): c["count"] for c in culprits["culprits"]} == metric
+        with chromium() as browser:
+            browser.get(f"{base}/ui/runs/{trace_id}")
+            assert "/ui/login" in browser.current_url
+            browser.find_element("id", "token").send_keys(TOKEN)
+            browser.find_element("css selector", "form button[type=submit]").click()
+            deadline = time.monotonic() + 15
+            while "/ui/runs/" not in browser.current_url and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert browser.find_element("id", "culprit-agent").text == run["agent"]
+            culprit = browser.find_element("id", f"step-{run['step']}")
+            assert "culprit" in culprit.get_attribute("class").split()
+            assert culprit.get_attribute("data-agent") == run["agent"]
+            link = browser.find_element("partial link text", "Open in Jaeger").get_attribute("href")
+            assert link == jaeger.format(trace_id=trace_id)
+            browser.get(f"{base}/ui/culprits?window=1h")
+            assert browser.find_elements("css selector", "#blames-plot rect.bar")
+            assert off_loopback(requested_urls(browser)) == []
+    finally:
+        processor.stop()
+    # a restarted processor on the same WAL directory still has it
+    again = _start(sink, tmp_path / "wal")
+    try:
+        status, body = _get(f"http://{again.http_endpoint}", f"/api/runs/{trace_id}")
+        assert status == 200 and json.loads(body)["agent"] == run["agent"]
+    finally:
+        again.stop()
+
+
+def test_store_disabled_means_no_ui(sink: RecordingOTLPSink, tmp_path: Path) -> None:
+    processor = _start(sink, tmp_path / "wal", store={"enabled": False})
+    try:
+        assert _get(f"http://{processor.http_endpoint}", "/api/failures")[0] == 404
+        assert not (tmp_path / "wal" / "blame-store.sqlite3").exists()
+    finally:
+        processor.stop()
