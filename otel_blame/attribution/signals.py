@@ -19,6 +19,16 @@ from dataclasses import dataclass
 
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
+_LEADING_BOUNDARY = re.compile(r"\\b([a-z0-9])(?![?*+{])")
+
+
+def _literal_first(pattern: str) -> str:
+    """The same regex with each ``\\bx`` (a word boundary before a literal word character) written as
+    ``x(?<!\\wx)``: equivalent, but alternatives that open with a literal let the regex engine skip
+    ahead to the characters that can start a match instead of trying every position (about 8x faster
+    on long text for the error pattern)."""
+    return _LEADING_BOUNDARY.sub(r"\1(?<!\\w\1)", pattern)
+
 
 class _Pattern:
     """A case-insensitive regex behind a cheap literal prefilter: the regex (slow on long text, many
@@ -26,7 +36,7 @@ class _Pattern:
     lower-cased text (a case-sensitive regex is several times faster than an IGNORECASE one)."""
 
     def __init__(self, pattern: str, keys: tuple[str, ...]) -> None:
-        self.regex = re.compile(pattern.lower())
+        self.regex = re.compile(_literal_first(pattern.lower()))
         self.keys = keys
 
     def _may_match(self, lower: str) -> bool:
@@ -87,12 +97,22 @@ _FABRICATION = _Pattern(
         "fictional",
         "made up",
         "made-up",
-        "access",
-        "knowledge",
+        "not access",
+        "n't access",
+        "have access",
+        "my knowledge",
+        "general knowledge",
+        "common knowledge",
+        "prior knowledge",
         "from memory",
-        "actual",
-        "your_",
-        "your ",
+        "replace this",
+        "replace with",
+        "your_api",
+        "your_file",
+        "your_path",
+        "your api",
+        "your file",
+        "your path",
         "path/to/",
     ),
 )
@@ -113,9 +133,21 @@ _HEDGING = _Pattern(
 )
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _APPROVAL = _Pattern(
-    r"\b(?:verified|confirm(?:ed|s)?|validated|is correct|are correct|looks correct|accurate(?:ly)?|"
-    r"everything (?:is|looks) (?:correct|fine|good)|I agree|agreed)\b",
-    keys=("verified", "confirm", "validated", "correct", "accurate", "everything", "i agree", "agreed"),
+    r"(?:\bverified|\bconfirm(?:ed|s)?|\bvalidated|\bis correct|\bare correct|\blooks correct"
+    r"|\baccurate(?:ly)?|\beverything (?:is|looks) (?:correct|fine|good)|\bI agree|\bagreed)\b",
+    keys=(
+        "verified",
+        "confirm",
+        "validated",
+        "is correct",
+        "are correct",
+        "looks correct",
+        "accurate",
+        "everything is",
+        "everything looks",
+        "i agree",
+        "agreed",
+    ),
 )
 _STUCK = _Pattern(
     r"\"is_progress_being_made\":\s*\{[^}]*\"answer\":\s*false|\"is_in_loop\":\s*\{[^}]*\"answer\":\s*true"
@@ -124,9 +156,8 @@ _STUCK = _Pattern(
 )
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
 _CODE_BLOCK = re.compile(r"```")
-_ANSWER_MARKER = re.compile(
-    r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})",
-    re.IGNORECASE,
+_ANSWER_MARKER = re.compile(  # run on lower-cased text: several times faster than IGNORECASE
+    r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
@@ -210,6 +241,8 @@ def _stated_answer(steps: list[Step]) -> tuple[str, int] | None:
     """An answer the run states as such ("FINAL ANSWER: ..." in one of its last steps), and where."""
     for step in reversed(steps[-3:]):
         tail = step.content[-2000:]
+        if "final answer" not in tail.lower():
+            continue
         found = _STATED_ANSWER.findall(tail)
         if found and found[-1].strip():
             return found[-1].strip(), step.index
@@ -230,12 +263,13 @@ def _stated_answer_tokens(answer: str, task: str) -> set[str]:
     return {token for token in tokens if token not in task_lower}
 
 
-def _final_answer(trajectory: Trajectory, actors: list[int]) -> str:
+def _final_answer(trajectory: Trajectory, actors: list[int], lowers: list[str]) -> str:
+    """The run's final answer (lower-cased where read from the log: only its numbers and bolded
+    phrases are used, lower-cased anyway)."""
     if trajectory.task.final_output:
         return trajectory.task.final_output
     for index in reversed(actors[-3:]):
-        content = _window(trajectory.steps[index].content)
-        marked = _ANSWER_MARKER.findall(content)
+        marked = _ANSWER_MARKER.findall(lowers[index])
         if marked:
             return marked[-1]
     return trajectory.steps[actors[-1]].content[-400:] if actors else ""
@@ -267,8 +301,9 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
 
 
 _CORRECTION = _Pattern(
-    r"\b(?:incorrect|wrong|mistake|mistaken|discrepanc\w*|inconsisten\w*|not accurate|inaccurate"
-    r"|does(?: not|n't) match|contradict\w*|not correct|erroneous|miscalculat\w*|overlooked)\b",
+    r"(?:\bincorrect|\bwrong|\bmistake|\bmistaken|\bdiscrepanc\w*|\binconsisten\w*|\bnot accurate"
+    r"|\binaccurate|\bdoes(?: not|n't) match|\bcontradict\w*|\bnot correct|\berroneous|\bmiscalculat\w*"
+    r"|\boverlooked)\b",
     keys=(
         "incorrect",
         "wrong",
@@ -330,12 +365,14 @@ class ScoringContext:
     task_text: str
     answer_step: int | None = None
     _failed: dict[int, bool] | None = None
+    _prose: dict[int, tuple[str, str]] | None = None
     _full_lowers: dict[int, str] | None = None
 
     @classmethod
     def build(cls, trajectory: Trajectory, *, with_ground_truth: bool = False) -> ScoringContext:
         steps = trajectory.steps
         texts = [_window(step.content) for step in steps]
+        lowers = [text.lower() for text in texts]
         actors = [step.index for step in steps if _is_actor(step, trajectory)]
         if not actors:
             actors = [step.index for step in steps if step.kind == StepKind.MESSAGE] or [steps[0].index]
@@ -351,7 +388,7 @@ class ScoringContext:
             tokens = _stated_answer_tokens(stated[0], task_text + "\n" + opening)
             answer_step = stated[1]
         else:
-            tokens = _answer_tokens(_final_answer(trajectory, actors))
+            tokens = _answer_tokens(_final_answer(trajectory, actors, lowers))
         if with_ground_truth and trajectory.task.expected_output:
             expected = trajectory.task.expected_output
             tokens -= _answer_tokens(expected) | _stated_answer_tokens(expected, "")
@@ -359,7 +396,7 @@ class ScoringContext:
             trajectory=trajectory,
             steps=steps,
             texts=texts,
-            lowers=[text.lower() for text in texts],
+            lowers=lowers,
             actors=actors,
             actor_set=frozenset(actors),
             order={index: rank for rank, index in enumerate(actors)},
@@ -370,6 +407,22 @@ class ScoringContext:
             task_text=task_text[:4000],
             answer_step=answer_step,
         )
+
+    def prose(self, index: int) -> tuple[str, str]:
+        """What the language signals read of a step, and its lower-cased form (computed once): its
+        prose outside code blocks; of a very long step (a relayed page or file), only the opening,
+        which holds its author's own words."""
+        if self._prose is None:
+            self._prose = {}
+        found = self._prose.get(index)
+        if found is None:
+            text = self.texts[index]
+            if len(self.steps[index].content) > DUMP_CHARS:
+                text = text[:OWN_WORDS_CHARS]
+            prose = _CODE_FENCE.sub(" ", text) if "```" in text else text
+            lower = self.lowers[index] if prose is self.texts[index] else prose.lower()
+            found = self._prose[index] = (prose, lower)
+        return found
 
     def full_lower(self, index: int) -> str:
         """A step's whole text, lower-cased (the window when the step is short enough to be whole)."""
@@ -488,11 +541,7 @@ class Fabrication(Signal):
     def evidence(self, context: ScoringContext) -> Evidence:
         found: Evidence = {}
         for index in context.actors:
-            text = context.texts[index]
-            if len(context.steps[index].content) > DUMP_CHARS:
-                text = text[:OWN_WORDS_CHARS]  # a relayed page or file: only the opening is its own words
-            prose = _CODE_FENCE.sub(" ", text) if "```" in text else text
-            lower = context.lowers[index] if prose is context.texts[index] else prose.lower()
+            prose, lower = context.prose(index)
             count = self.pattern.count(prose, lower)
             if count:
                 found[index] = float(min(count, self.cap))
@@ -702,7 +751,7 @@ class OffTaskReport(Signal):
 
 _SATISFIED = _Pattern(
     r"\"is_request_satisfied\":\s*\{[^{}]{0,1500}?\"answer\":\s*true"
-    r"|\b(?:request|task|question) (?:has been|is|was) (?:now )?(?:successfully |fully )?"
+    r"|(?:\brequest|\btask|\bquestion) (?:has been|is|was) (?:now )?(?:successfully |fully )?"
     r"(?:satisfied|fulfilled|completed|answered|resolved)\b",
     keys=("satisfied", "fulfilled", "completed", "answered", "resolved"),
 )
