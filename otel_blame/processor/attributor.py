@@ -15,6 +15,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from otel_blame.attribution.base import AttributionMethod
+from otel_blame.attribution.calibration import Calibration, CalibrationError
 from otel_blame.attribution.registry import create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.config import AttributionConfig, ConfigError
@@ -46,6 +47,22 @@ def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
     return trajectory.model_copy(update={"task": task, "steps": steps})
 
 
+def _load_calibration(config: AttributionConfig) -> Calibration | None:
+    """The configured calibration file, checked against the method (the fallback stays uncalibrated)."""
+    if config.calibration is None:
+        return None
+    try:
+        calibration = Calibration.load(config.calibration)
+    except CalibrationError as error:
+        raise ConfigError(f"attribution.calibration: {error}") from None
+    if calibration.method != config.method:
+        raise ConfigError(
+            f"attribution.calibration: {config.calibration} was fitted for method {calibration.method!r}, "
+            f"but attribution.method is {config.method!r}"
+        )
+    return calibration
+
+
 class AttributionRunner:
     """Thread-safe; ``attribute`` blocks the calling thread for at most the configured timeout."""
 
@@ -64,14 +81,21 @@ class AttributionRunner:
         self._redact = config.redact and is_llm_method(config.method)
         self._redact_fallback = config.redact and is_llm_method(config.fallback_method)
         self._redactor = redactor or Redactor()
+        self.calibration = _load_calibration(config)
         self._pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="otel-blame-attribute")
+
+    def _calibrated(self, attribution: Attribution) -> Attribution:
+        """The method's answer with ``confidence`` mapped through the calibration file, when one is set."""
+        if self.calibration is None:
+            return attribution
+        return attribution.model_copy(update={"confidence": self.calibration.apply(attribution.confidence)})
 
     def attribute(self, trajectory: Trajectory) -> AttributionOutcome:
         started = time.monotonic()
         given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
         future = self._pool.submit(self.method.attribute, given)
         try:
-            return AttributionOutcome(future.result(timeout=self._config.timeout))
+            return AttributionOutcome(self._calibrated(future.result(timeout=self._config.timeout)))
         except FutureTimeout:
             future.cancel()
             problem = f"{self.method.name} timed out after {self._config.timeout:g} s"
