@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import string
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from otel_blame.redaction import REDACTION_FAILED, Redactor
@@ -297,9 +298,12 @@ def test_no_generated_basic_credentials_leak(user: str, password: str, header: s
     value=_chars(ALNUM + "!#$%*-_.@/+", 6, 40),
     form=st.sampled_from(["{}={}", "{}: {}", '"{}": "{}"', "{} = '{}'"]),
 )
+@example(name="api_key", value="api_ke", form="{}={}")  # a value that is part of its own name
 def test_no_generated_named_secret_leaks(name: str, value: str, form: str):
     result = Redactor()(form.format(name, value))
-    assert not _leaked(value, result), result
+    # The name and the markers are meant to stay; a short value may be part of them ("api_ke").
+    rest = re.sub(r"\[REDACTED:[^\]]*\]", "", result).replace(name, "", 1)
+    assert not _leaked(value, rest), result
 
 
 # --- everywhere content goes: span attributes, OTLP log records, LLM requests ----------------------
