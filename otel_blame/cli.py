@@ -51,6 +51,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Run the whole path offline: agents, processor, blame tables.",
     ),
     LazyCommand(
+        "inject",
+        "otel_blame.inject.cli:inject_command",
+        "Plant faults in your own app's runs and measure how well blame finds them.",
+    ),
+    LazyCommand(
         "ui",
         "otel_blame.ui.cli:ui_command",
         "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",
@@ -113,8 +118,12 @@ def main(verbose: int) -> None:
     """
     import logging  # here, not at the top: --help and --version stay fast
 
+    from otel_blame.redaction import RedactingLogFilter
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # every log line, ours or a library's, is masked
+        handler.addFilter(RedactingLogFilter())
 
 
 if __name__ == "__main__":
