@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
-from sqlalchemy import text
 
 from otel_blame.store import StoreConfig, open_store
+from tests.postgres_cluster import empty_store_tables
 from tests.store.runs import attributed_runs
-
-NOW = time.time()
 
 
 @pytest.fixture
 def clean_postgres(postgres_url: str) -> str:
-    store = open_store(StoreConfig(url=postgres_url))
-    with store.engine.begin() as connection:
-        connection.execute(text("DELETE FROM otel_blame_failures"))
-    store.close()
+    empty_store_tables(postgres_url)
     return postgres_url
 
 
-def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: str) -> None:
+def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: str, now: float) -> None:
     replica_a = open_store(StoreConfig(url=clean_postgres))
     replica_b = open_store(StoreConfig(url=clean_postgres))
     assert replica_a.dialect == "postgresql"
-    runs = attributed_runs(16, start=NOW - 1600, spacing=100, services=("checkout", "search"))
+    runs = attributed_runs(16, start=now - 1600, spacing=100, services=("checkout", "search"))
 
     def write(store, mine) -> None:  # noqa: ANN001
         for run in mine:
@@ -49,7 +43,7 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
         assert (
             store.failures(service="search", limit=3, offset=3).failures[0].trace_id == runs[::-1][6].trace_id
         )
-        report = store.culprits(3600, now=NOW)
+        report = store.culprits(3600, now=now)
         assert report.total == 16
         expected: dict[tuple[str, str], int] = {}
         for run in runs:
@@ -59,13 +53,15 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
     replica_b.close()
 
 
-def test_bounds_and_restart_on_postgres(clean_postgres: str) -> None:
-    runs = attributed_runs(10, start=NOW - 1000, spacing=100)
+def test_bounds_and_restart_on_postgres(clean_postgres: str, now: float) -> None:
+    runs = attributed_runs(10, start=now - 1000, spacing=100)
     store = open_store(StoreConfig(url=clean_postgres, prune_every=1, max_age_seconds=550))
     for run in runs:
         store.add(run)
-    # the age bound is measured from now: runs older than 550 s are gone
-    assert store.count() == sum(r.attributed_at >= time.time() - 550 for r in runs)
+    # the age bound is measured from the clock at each write: the five runs older than 550 s are gone
+    # (the others are 100..500 s old, a margin of 50 s for the time the test takes to get here)
+    assert store.count() == 5
+    assert store.run(runs[4].trace_id) is None
     store.close()
     again = open_store(StoreConfig(url=clean_postgres))
     assert again.run(runs[-1].trace_id) == runs[-1]

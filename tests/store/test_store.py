@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,17 +10,15 @@ from otel_blame.store import StoreConfig, open_store
 from otel_blame.store.records import StoredRun
 from tests.store.runs import attributed_runs, hostile_run
 
-NOW = time.time()
-
 
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return tmp_path / "wal" / "blame-store.sqlite3"
 
 
-def test_a_stored_run_comes_back_whole(store_path: Path) -> None:
+def test_a_stored_run_comes_back_whole(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=NOW, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1)
     store.add(run)
     again = store.run(run.trace_id)
     assert again == run
@@ -30,9 +27,9 @@ def test_a_stored_run_comes_back_whole(store_path: Path) -> None:
     assert store.run("f" * 32) is None
 
 
-def test_the_trajectory_is_kept_redacted(store_path: Path) -> None:
+def test_the_trajectory_is_kept_redacted(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    run = hostile_run("a" * 32, NOW)
+    run = hostile_run("a" * 32, now)
     secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0" * 2
     steps = list(run.trajectory.steps)
     steps[0] = steps[0].model_copy(update={"content": f"use key {secret} and mail bob@example.com"})
@@ -46,18 +43,18 @@ def test_the_trajectory_is_kept_redacted(store_path: Path) -> None:
     assert secret not in kept and "bob@example.com" not in kept and "REDACTED" in kept
 
 
-def test_a_later_verdict_replaces_the_earlier_one(store_path: Path) -> None:
+def test_a_later_verdict_replaces_the_earlier_one(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=NOW, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1)
     store.add(run)
     store.add(run.model_copy(update={"agent": "someone_else", "method": "all_at_once"}))
     assert store.count() == 1
     assert store.run(run.trace_id).agent == "someone_else"
 
 
-def test_filters_and_paging_newest_first(store_path: Path) -> None:
+def test_filters_and_paging_newest_first(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    runs = attributed_runs(12, start=NOW - 1200, spacing=100, services=("checkout", "search"))
+    runs = attributed_runs(12, start=now - 1200, spacing=100, services=("checkout", "search"))
     for run in runs:
         store.add(run)
     page = store.failures(limit=5)
@@ -70,26 +67,26 @@ def test_filters_and_paging_newest_first(store_path: Path) -> None:
     agent = runs[3].agent
     assert {f.agent for f in store.failures(agent=agent).failures} == {agent}
     assert store.failures(agent=agent).total == sum(r.agent == agent for r in runs)
-    recent = store.failures(since=NOW - 450)
-    assert recent.total == sum(r.attributed_at >= NOW - 450 for r in runs) == 4
+    recent = store.failures(since=now - 450)
+    assert recent.total == sum(r.attributed_at >= now - 450 for r in runs) == 4
     assert store.failures(method="heuristic").total == 12
     assert store.failures(method="all_at_once").total == 0
 
 
-def test_a_fallback_counts_under_its_base_method(store_path: Path) -> None:
+def test_a_fallback_counts_under_its_base_method(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=NOW, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1)
     store.add(run.model_copy(update={"method": "heuristic(fallback:all_at_once)"}))
     assert store.failures(method="heuristic").total == 1
-    assert store.culprits(3600, now=NOW + 1).culprits[0].methods == {"heuristic": 1}
+    assert store.culprits(3600, now=now + 1).culprits[0].methods == {"heuristic": 1}
 
 
-def test_culprit_counts_and_buckets(store_path: Path) -> None:
+def test_culprit_counts_and_buckets(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    runs = attributed_runs(10, start=NOW - 3000, spacing=300)
+    runs = attributed_runs(10, start=now - 3000, spacing=300)
     for run in runs:
         store.add(run)
-    report = store.culprits(3600, now=NOW, buckets=12)
+    report = store.culprits(3600, now=now, buckets=12)
     expected: dict[str, int] = {}
     for run in runs:
         expected[run.agent] = expected.get(run.agent, 0) + 1
@@ -103,12 +100,12 @@ def test_culprit_counts_and_buckets(store_path: Path) -> None:
     # one blame every 300 s into 300 s buckets: every bucket from the first blame on holds exactly one
     per_bucket = [sum(s.counts[i] for s in report.series) for i in range(12)]
     assert sum(per_bucket) == 10 and max(per_bucket) == 1
-    short = store.culprits(700, now=NOW)
-    assert short.total == sum(r.attributed_at >= NOW - 700 for r in runs)
+    short = store.culprits(700, now=now)
+    assert short.total == sum(r.attributed_at >= now - 700 for r in runs)
 
 
-def test_restart_keeps_everything(store_path: Path) -> None:
-    runs = attributed_runs(5, start=NOW - 50, spacing=10)
+def test_restart_keeps_everything(store_path: Path, now: float) -> None:
+    runs = attributed_runs(5, start=now - 50, spacing=10)
     store = open_store(StoreConfig(path=store_path))
     for run in runs:
         store.add(run)
@@ -116,19 +113,19 @@ def test_restart_keeps_everything(store_path: Path) -> None:
     reopened = open_store(StoreConfig(path=store_path))
     assert reopened.count() == 5
     assert reopened.run(runs[2].trace_id) == runs[2]
-    assert reopened.culprits(3600, now=NOW).total == 5
+    assert reopened.culprits(3600, now=now).total == 5
 
 
-def test_age_bound_drops_old_failures(store_path: Path) -> None:
+def test_age_bound_drops_old_failures(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path, max_age_seconds=3600))
-    old = attributed_runs(3, start=NOW - 10_000, spacing=10)
-    fresh = attributed_runs(6, start=NOW - 100, spacing=10)[3:]
+    old = attributed_runs(3, start=now - 10_000, spacing=10)
+    fresh = attributed_runs(6, start=now - 100, spacing=10)[3:]
     for run in [*old, *fresh]:
         store.add(
             run.model_copy(update={"trace_id": f"{run.trace_id[:-4]}{int(run.attributed_at) % 9999:04d}"})
         )
     assert store.count() == 6  # bounds are checked every prune_every writes, and on open
-    assert store.prune(now=NOW) == 3
+    assert store.prune(now=now) == 3
     assert store.count() == 3
     store.close()
     for run in old:
@@ -140,8 +137,8 @@ def test_age_bound_drops_old_failures(store_path: Path) -> None:
     assert open_store(StoreConfig(path=store_path, max_age_seconds=3600)).count() == 3
 
 
-def test_size_bound_drops_the_oldest_first(store_path: Path) -> None:
-    runs = attributed_runs(20, start=NOW - 2000, spacing=100)
+def test_size_bound_drops_the_oldest_first(store_path: Path, now: float) -> None:
+    runs = attributed_runs(20, start=now - 2000, spacing=100)
     sizes = [len(run.model_dump_json().encode()) for run in runs]
     budget = sum(sizes[-8:])  # room for the newest eight
     store = open_store(StoreConfig(path=store_path, max_bytes=budget, prune_every=1))
@@ -153,9 +150,9 @@ def test_size_bound_drops_the_oldest_first(store_path: Path) -> None:
     assert open_store(StoreConfig(path=store_path, max_bytes=budget)).count() == 8
 
 
-def test_the_default_file_sits_next_to_the_wal(tmp_path: Path) -> None:
+def test_the_default_file_sits_next_to_the_wal(tmp_path: Path, now: float) -> None:
     config = StoreConfig()
     assert config.sqlite_path(tmp_path / "wal") == tmp_path / "wal" / "blame-store.sqlite3"
     store = open_store(config, wal_dir=tmp_path / "wal")
-    store.add(attributed_runs(1, start=NOW, spacing=1)[0])
+    store.add(attributed_runs(1, start=now, spacing=1)[0])
     assert (tmp_path / "wal" / "blame-store.sqlite3").exists()

@@ -1,0 +1,105 @@
+"""A throwaway PostgreSQL cluster on loopback (Debian's server), shared by every test of one session.
+
+Session-scoped and defined once (the suite's conftest imports ``postgres_url``), so the store tests
+and the two-replica processor test use the same cluster instead of starting one per directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+
+
+def _pg_bin(name: str) -> str | None:
+    for directory in PG_BIN_DIRS:
+        if (directory / name).exists():
+            return str(directory / name)
+    return shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """Start a fresh cluster with initdb/pg_ctl (as the postgres user when run as root)."""
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.skip("PostgreSQL server binaries missing: make system-packages installs Debian's postgresql")
+    prefix: list[str] = []
+    owner = None
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a 'postgres' user to run the server as")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    root = Path(tempfile.mkdtemp(prefix="otel-blame-pg-"))
+    data = root / "data"
+    if owner is not None:
+        os.chown(root, owner.pw_uid, owner.pw_gid)
+    port = _free_port()
+    env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    subprocess.run(
+        [*prefix, initdb, "-D", str(data), "--auth=trust", "--username=postgres", "-E", "UTF8", "--no-sync"],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        [
+            *prefix,
+            pg_ctl,
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-l",
+            str(root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=90,
+    )
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+            capture_output=True,
+            env=env,
+            timeout=60,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def empty_store_tables(url: str) -> None:
+    """Drop every row the blame store keeps, so a test starts from an empty shared database."""
+    from otel_blame.store import StoreConfig, open_store
+    from otel_blame.store.schema import metadata
+
+    store = open_store(StoreConfig(url=url))
+    with store.engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
+    store.close()
