@@ -17,6 +17,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, task
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("autogen_agentchat")
@@ -378,6 +379,7 @@ def test_the_apps_exceptions_pass_through_and_the_failed_run_has_a_trajectory(sp
     assert turn.attributes[semconv.ERROR_TYPE] == "BadRequestError"
     assert turn.parent.span_id == root.context.span_id
     _assert_model_calls_nest_under_turns(spans, ["fragile"])
+    assert_failed_turn_is_error_step(spans, "fragile", "BadRequestError")
     trajectory = _trajectory(spans)
     assert trajectory.outcome.value == "failure"
     assert [(s.agent, s.is_error) for s in trajectory.steps] == [("user", False), ("fragile", True)]
