@@ -10,8 +10,8 @@
 # 10-12 from other jobs (2026-11-23, `go build -p 1 -trimpath ./cmd/tempo` in the module dir).
 #
 # Usage: deploy/build_components.sh        (prints the three binary paths when done)
-# Env:   OTEL_BLAME_E2E_CACHE  cache root;  E2E_GO_PARALLEL  `go build -p` (default 1, keeps the
-#        machine usable while it builds).
+# Env:   OTEL_BLAME_E2E_CACHE  cache root;  E2E_GO_PARALLEL  `go build -p` (default: the number of
+#        cores; set 1 to keep a busy machine usable while it builds).
 set -euo pipefail
 
 # --- pins -----------------------------------------------------------------------------------------
@@ -37,7 +37,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 manifest_template="$here/components/otelcol-builder.yaml"
 cache="${OTEL_BLAME_E2E_CACHE:-$HOME/.cache/otel-blame-e2e}"
 bin="$cache/bin"
-parallel="${E2E_GO_PARALLEL:-1}"
+parallel="${E2E_GO_PARALLEL:-$(nproc 2>/dev/null || echo 1)}"
 
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
     PATH="$PATH:/usr/local/go/bin"  # Go's default install location, when PATH lacks it

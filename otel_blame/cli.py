@@ -113,8 +113,12 @@ def main(verbose: int) -> None:
     """
     import logging  # here, not at the top: --help and --version stay fast
 
+    from otel_blame.redaction import RedactingLogFilter
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # every log line, ours or a library's, is masked
+        handler.addFilter(RedactingLogFilter())
 
 
 if __name__ == "__main__":

@@ -7,8 +7,31 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-# top-level modules of the `processor` extra that the command line imports
-REQUIRED_MODULES = ("click", "pydantic", "yaml", "grpc", "openai", "rich", "opentelemetry.exporter.otlp")
+# top-level modules of the `processor` extra that the command line (and `serve`) imports
+REQUIRED_MODULES = (
+    "click",
+    "pydantic",
+    "yaml",
+    "grpc",
+    "openai",
+    "rich",
+    "opentelemetry.exporter.otlp",
+    "opentelemetry.proto",
+    "starlette",
+    "uvicorn",
+    "prometheus_client",
+    "pydantic_settings",
+    "tenacity",
+)
+INSTALL_HINT = "pip install 'otel-blame[processor]'"
+
+
+def missing_extra_message(missing: list[str]) -> str:
+    """The one line the command prints when the processor extra is not (fully) installed."""
+    return (
+        f"otel-blame: the command line needs the processor extra (missing: {', '.join(missing)}); "
+        f"install it with: {INSTALL_HINT}"
+    )
 
 
 def missing_modules() -> list[str]:
@@ -26,11 +49,7 @@ def missing_modules() -> list[str]:
 def main() -> None:
     missing = missing_modules()
     if missing:
-        sys.stderr.write(
-            "otel-blame: this install has the instrumentation only; the command line needs the "
-            f"processor's dependencies (missing: {', '.join(missing)}).\n"
-            "Install them with:  pip install 'otel-blame[processor]'\n"
-        )
+        sys.stderr.write(missing_extra_message(missing) + "\n")
         sys.exit(2)
     from otel_blame.cli import main as cli_main
 

@@ -280,3 +280,31 @@ class Redactor:
 
 
 DEFAULT_REDACTOR = Redactor()
+
+
+class RedactingLogFilter(logging.Filter):
+    """Masks secrets in log records, so otel-blame's own log lines never print what content hides.
+
+    Put on a handler (a logger's filters do not see records propagated from child loggers). The
+    message is formatted and masked once, and so is the traceback text; the built-in patterns
+    only, so a failing user hook cannot recurse through logging.
+    """
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self._redactor = redactor or DEFAULT_REDACTOR
+        self._formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: logging reports it itself, leave it be
+            return True
+        record.msg, record.args = self._redactor(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._redactor(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._redactor(record.stack_info)
+        return True

@@ -1,8 +1,8 @@
 """Delivering repeated-culprit alerts to a webhook without ever blocking the processor.
 
-Alerts go into a bounded queue and a background thread posts them as JSON, retrying with
-exponential backoff; when the queue is full the alert is counted as dropped and logged, since a
-notification must never hold up span delivery.
+Alerts go into a bounded queue and a background thread posts them as JSON, retrying (tenacity)
+with exponential backoff on connection errors, 408, 429 and 5xx; when the queue is full the
+alert is counted as dropped and logged, since a notification must never hold up span delivery.
 """
 
 from __future__ import annotations
@@ -11,15 +11,20 @@ import json
 import logging
 import queue
 import threading
-import time
 import urllib.error
 import urllib.request
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential
 
 from otel_blame.alerting.repeated import RepeatedCulpritAlert
 
 log = logging.getLogger(__name__)
+
+
+class _RetryableFailure(Exception):
+    """A delivery attempt that may succeed later (connection error, 408, 429, 5xx)."""
 
 
 class WebhookSettings(BaseModel):
@@ -71,24 +76,42 @@ class WebhookNotifier:
         headers = {"Content-Type": "application/json", "User-Agent": "otel-blame"}
         if self._settings.bearer_token is not None:
             headers["Authorization"] = f"Bearer {self._settings.bearer_token.get_secret_value()}"
+        attempts = self._settings.max_attempts
         backoff = self._settings.initial_backoff_seconds
-        for attempt in range(1, self._settings.max_attempts + 1):
-            request = urllib.request.Request(self._settings.url, data=body, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self._settings.timeout_seconds) as response:
-                    if 200 <= response.status < 300:
-                        return True
-                    status: object = response.status
-            except urllib.error.HTTPError as error:
-                status = error.code
-                if 400 <= error.code < 500 and error.code not in (408, 429):
-                    log.warning("webhook refused alert (HTTP %s); not retrying", error.code)
-                    return False
-            except (urllib.error.URLError, OSError) as error:
-                status = type(error).__name__
-            log.info("webhook attempt %d/%d failed (%s)", attempt, self._settings.max_attempts, status)
-            if attempt < self._settings.max_attempts:
-                time.sleep(backoff)
-                backoff *= 2
-        log.warning("webhook alert for agent %r not delivered after %d attempts", alert.agent, attempt)
-        return False
+
+        def log_retry(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            log.info("webhook attempt %d/%d failed (%s)", state.attempt_number, attempts, error)
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_RetryableFailure),
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=backoff, exp_base=2, min=backoff, max=backoff * 2**attempts),
+            before_sleep=log_retry,
+        )
+        try:
+            return retrying(self._post_once, body, headers)
+        except RetryError as error:
+            log.warning(
+                "webhook alert for agent %r not delivered after %d attempts (%s)",
+                alert.agent,
+                attempts,
+                error.last_attempt.exception(),
+            )
+            return False
+
+    def _post_once(self, body: bytes, headers: dict[str, str]) -> bool:
+        """True when delivered, False when refused for good; raises what is worth retrying."""
+        request = urllib.request.Request(self._settings.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self._settings.timeout_seconds) as response:
+                if 200 <= response.status < 300:
+                    return True
+                raise _RetryableFailure(f"HTTP {response.status}")
+        except urllib.error.HTTPError as error:
+            if 400 <= error.code < 500 and error.code not in (408, 429):
+                log.warning("webhook refused alert (HTTP %s); not retrying", error.code)
+                return False
+            raise _RetryableFailure(f"HTTP {error.code}") from None
+        except (urllib.error.URLError, OSError) as error:
+            raise _RetryableFailure(type(error).__name__) from None

@@ -2,7 +2,10 @@
 
 What it adds on top of the SDK, so the methods stay about attribution:
 
-- retries with exponential backoff on 429, 5xx, timeouts and dropped connections;
+- retries (tenacity) with exponential backoff on 429, 5xx, timeouts, dropped connections and
+  malformed bodies, waiting at least what a ``Retry-After`` header asks (up to a minute);
+- the attribution deadline (:mod:`.deadline`) when the processor sets one: request timeouts,
+  the wait for a concurrency slot and the retries all end by it;
 - a per-trace token budget (:class:`LLMSession`), checked before each request;
 - JSON answers validated by a pydantic model plus a method-supplied check (agent must exist,
   step in range); one corrective re-ask, then a clear :class:`AttributionError`;
@@ -22,13 +25,18 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import openai
 from pydantic import BaseModel, ValidationError
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
 from otel_blame.attribution.base import AttributionError
+from otel_blame.attribution.deadline import DeadlineExceeded, time_left
 from otel_blame.attribution.llm_settings import LLMSettings
 from otel_blame.attribution.result import Cost
 
@@ -118,6 +126,60 @@ def _retryable(error: Exception) -> bool:
     return isinstance(error, openai.APIStatusError) and error.status_code >= 500
 
 
+MAX_RETRY_AFTER_SECONDS = 60.0  # a longer Retry-After is not waited for in full
+
+
+def retry_after_seconds(error: BaseException | None) -> float | None:
+    """The wait an HTTP error's ``retry-after-ms`` / ``Retry-After`` header asks for, if any."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    try:
+        if (millis := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(millis) / 1000)
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class BackoffOrRetryAfter(wait_base):
+    """``backoff * 2**(attempt-1)`` seconds, or the server's ``Retry-After`` when that is longer."""
+
+    def __init__(self, backoff_seconds: float) -> None:
+        self.backoff_seconds = backoff_seconds
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        backoff = self.backoff_seconds * 2 ** (retry_state.attempt_number - 1)
+        error = retry_state.outcome.exception() if retry_state.outcome else None
+        asked = retry_after_seconds(error)
+        return backoff if asked is None else max(backoff, min(asked, MAX_RETRY_AFTER_SECONDS))
+
+
+class StopAtDeadline(stop_base):
+    """Stop when the wait before the next attempt would end after the attribution deadline."""
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        left = time_left()
+        return left is not None and left <= (retry_state.upcoming_sleep or 0.0)
+
+
+def _log_retry(retry_state: RetryCallState) -> None:
+    error = retry_state.outcome.exception() if retry_state.outcome else None
+    log.info(
+        "LLM request failed (%s); retry %d in %.2fs",
+        type(error).__name__,
+        retry_state.attempt_number,
+        retry_state.upcoming_sleep,
+    )
+
+
 def extract_json_object(text: str) -> dict:
     """The JSON object in a reply: bare, fenced in ```json, or the outermost {...} in prose."""
     text = text.strip()
@@ -204,30 +266,26 @@ class LLMClient:
             if cached is not None:
                 session.cache_hits += 1
                 return cached["content"]
-        attempt = 0
-        while True:
-            try:
-                with self._slots:
-                    response = self._client.chat.completions.create(
-                        model=self.settings.model,
-                        messages=messages,  # type: ignore[arg-type]
-                        temperature=temperature,
-                        max_tokens=self.settings.max_output_tokens,
-                    )
-                break
-            except (openai.APIError, ValueError) as error:  # ValueError: a body that is not JSON
-                if not _retryable(error) or attempt >= self.settings.max_retries:
-                    raise AttributionError(
-                        f"LLM request to {self.settings.base_url or 'OpenAI'} (model {self.settings.model}) "
-                        f"failed after {attempt + 1} attempt(s): {type(error).__name__}: "
-                        f"{_short(self._without_secret(str(error)))}"
-                    ) from None
-                delay = self.settings.backoff_seconds * (2**attempt)
-                log.info(
-                    "LLM request failed (%s); retry %d in %.2fs", type(error).__name__, attempt + 1, delay
-                )
-                attempt += 1
-                time.sleep(delay)
+        retrying = Retrying(
+            retry=retry_if_exception(_retryable),
+            stop=stop_after_attempt(self.settings.max_retries + 1) | StopAtDeadline(),
+            wait=BackoffOrRetryAfter(self.settings.backoff_seconds),
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        try:
+            response = retrying(self._create, messages, temperature)
+        except (openai.APIError, ValueError) as error:  # ValueError: a body that is not JSON
+            attempts = retrying.statistics.get("attempt_number", 1)
+            left = time_left()
+            what = (
+                f"LLM request to {self.settings.base_url or 'OpenAI'} (model {self.settings.model}) "
+                f"failed after {attempts} attempt(s): {type(error).__name__}: "
+                f"{_short(self._without_secret(str(error)))}"
+            )
+            if left is not None and left <= 0 and isinstance(error, openai.APITimeoutError):
+                raise DeadlineExceeded(f"attribution deadline reached; {what}") from None
+            raise AttributionError(what) from None
         choices = getattr(response, "choices", None)
         content = choices[0].message.content if choices else None
         usage = getattr(response, "usage", None)
@@ -239,6 +297,26 @@ class LLMClient:
         if self._cache and key:
             self._cache.put(key, {"content": content})
         return content
+
+    def _create(self, messages: list[Message], temperature: float) -> Any:
+        """One request, within the attribution deadline when there is one."""
+        left = time_left()
+        if left is not None and left <= 0:
+            raise DeadlineExceeded("attribution deadline reached before an LLM request")
+        if not self._slots.acquire(timeout=left):
+            raise DeadlineExceeded(
+                f"attribution deadline reached waiting for one of the {self.settings.concurrency} LLM slots"
+            )
+        try:
+            return self._client.chat.completions.create(
+                model=self.settings.model,
+                messages=messages,  # type: ignore[arg-type]
+                temperature=temperature,
+                max_tokens=self.settings.max_output_tokens,
+                timeout=self.settings.timeout if left is None else min(self.settings.timeout, left),
+            )
+        finally:
+            self._slots.release()
 
     def ask_json(
         self,

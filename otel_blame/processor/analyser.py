@@ -89,7 +89,10 @@ def forward_unchanged(exporter: OTLPExporter, trace: BufferedTrace) -> None:
 
 
 class TraceAnalyser:
-    """Owns the one analysis worker pool; ``submit`` for completed traces, ``analyse`` to run one."""
+    """Owns the one analysis worker pool; ``submit`` for completed traces, ``analyse`` to run one.
+
+    The attribution method runs on these workers too (``attribution.workers`` of them); its
+    timeout is a deadline the LLM client honours, not a second pool (see :mod:`.attributor`)."""
 
     def __init__(
         self,
@@ -140,7 +143,7 @@ class TraceAnalyser:
                 return
             self._pending += 1
         try:
-            self._pool.submit(self._run, trace)
+            self._pool.submit(self._run, trace, time.monotonic())
         except RuntimeError:  # shutting down
             self._done()
             forward_unchanged(self._exporter, trace)
@@ -178,9 +181,9 @@ class TraceAnalyser:
             self._pending -= 1
             self._pending_lock.notify_all()
 
-    def _run(self, trace: BufferedTrace) -> None:
+    def _run(self, trace: BufferedTrace, submitted_at: float) -> None:
         try:
-            self.analyse(trace)
+            self.analyse(trace, submitted_at=submitted_at)
         except Exception:
             self._counters.add("analysis_errors")
             log.exception("analysing trace %s failed; forwarding it unchanged", trace.trace_id.hex())
@@ -189,8 +192,13 @@ class TraceAnalyser:
             self._done()
 
     # -- the analysis ----------------------------------------------------------------------------
-    def analyse(self, trace: BufferedTrace, verdict: Verdict | None = None) -> AnalysisResult:
+    def analyse(
+        self, trace: BufferedTrace, verdict: Verdict | None = None, *, submitted_at: float | None = None
+    ) -> AnalysisResult:
         """Parse, decide, attribute, then enrich and export (or, with a verdict, add a blame span).
+
+        ``submitted_at`` (``time.monotonic()``) is when the trace was queued: the attribution
+        timeout counts from it.
 
         Without a verdict the trace has not been exported yet and is exported here, enriched or
         unchanged; an exception raised from here means it was not exported (the caller forwards
@@ -244,7 +252,7 @@ class TraceAnalyser:
             self._metrics.record_trace(trajectory.outcome.value, False)
             return AnalysisResult("not_failed")
         trajectory = _as_failed(trajectory, verdict.expected_output if verdict else trace.expected_output)
-        outcome = self._runner.attribute(trajectory)
+        outcome = self._runner.attribute(trajectory, submitted_at=submitted_at)
         if outcome.fell_back:
             self._counters.add("fallback_attributions")
         attribution = outcome.attribution

@@ -1,20 +1,26 @@
 """Running the configured attribution method with a per-trace timeout and an offline fallback.
 
-The method runs in its own thread pool; the caller waits at most ``timeout`` seconds (counted
-from submission, so time spent queued behind slow LLM calls counts too). An error or a timeout
-falls back to the offline method, and ``Attribution.method`` says so, e.g.
-``heuristic(fallback:all_at_once)``. Content is redacted before it reaches an LLM method.
+The method runs on the calling thread (the analyser's worker: there is one worker pool for
+analysis, not a second one for attribution). The timeout is a deadline, counted from when the
+trace was handed to the analyser, so time spent queued behind slow LLM calls counts too; it is
+set with :func:`~otel_blame.attribution.deadline.attribution_deadline`, and the LLM client ends
+every request, slot wait and retry by it (see that module). A trace whose deadline passed while
+queued goes straight to the fallback. An error or a timeout falls back to the fallback method,
+and ``Attribution.method`` says so, e.g. ``heuristic(fallback:all_at_once)``. Content is
+redacted before it reaches an LLM method.
+
+In-process methods (the heuristic, the baselines) are not interrupted: they make no request and
+finish in milliseconds; an answer that arrives after the deadline is used, since it is there.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from otel_blame.attribution.base import AttributionMethod
+from otel_blame.attribution.deadline import DeadlineExceeded, attribution_deadline
 from otel_blame.attribution.registry import create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.config import AttributionConfig, ConfigError
@@ -47,7 +53,7 @@ def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
 
 
 class AttributionRunner:
-    """Thread-safe; ``attribute`` blocks the calling thread for at most the configured timeout."""
+    """Thread-safe; ``attribute`` runs on the calling thread and ends its LLM requests by the deadline."""
 
     def __init__(self, config: AttributionConfig, redactor: Redactor | None = None) -> None:
         self._config = config
@@ -64,17 +70,23 @@ class AttributionRunner:
         self._redact = config.redact and is_llm_method(config.method)
         self._redact_fallback = config.redact and is_llm_method(config.fallback_method)
         self._redactor = redactor or Redactor()
-        self._pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="otel-blame-attribute")
 
-    def attribute(self, trajectory: Trajectory) -> AttributionOutcome:
-        started = time.monotonic()
-        given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
-        future = self._pool.submit(self.method.attribute, given)
+    def attribute(self, trajectory: Trajectory, *, submitted_at: float | None = None) -> AttributionOutcome:
+        """The method's answer, or the fallback's when it fails or runs out of time.
+
+        ``submitted_at`` (``time.monotonic()``) is when the trace was queued for analysis; the
+        timeout counts from it (from now when it is not given)."""
+        started = time.monotonic() if submitted_at is None else submitted_at
+        deadline = started + self._config.timeout
+        timed_out = f"{self.method.name} timed out after {self._config.timeout:g} s"
         try:
-            return AttributionOutcome(future.result(timeout=self._config.timeout))
-        except FutureTimeout:
-            future.cancel()
-            problem = f"{self.method.name} timed out after {self._config.timeout:g} s"
+            if time.monotonic() >= deadline:  # spent its budget waiting in the queue
+                raise DeadlineExceeded("the deadline passed while the trace was queued")
+            given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
+            with attribution_deadline(deadline):
+                return AttributionOutcome(self.method.attribute(given))
+        except DeadlineExceeded as error:
+            problem = f"{timed_out} ({error})"
         except Exception as error:  # an LLM error, a bad answer, AttributionError
             problem = f"{self.method.name} failed: {type(error).__name__}: {error}"
         log.warning("trace %s: %s", trajectory.trace_id, problem)
@@ -93,4 +105,4 @@ class AttributionRunner:
         return AttributionOutcome(answer.model_copy(update={"method": method, "cost": cost}), True, problem)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release (kept so callers need not know): the runner owns no threads."""

@@ -46,7 +46,12 @@ def serve(
 
     Configuration: FILE (YAML) <- OTEL_BLAME_<SECTION>__<KEY> environment variables <- flags.
     """
-    from otel_blame.processor.pipeline import BlameProcessor
+    try:
+        from otel_blame.processor.pipeline import BlameProcessor
+    except ModuleNotFoundError as error:  # run as `python -m otel_blame.cli` without the extra
+        from otel_blame.console_script import missing_extra_message
+
+        raise click.ClickException(missing_extra_message([error.name or str(error)])) from None
 
     overrides: dict[str, dict[str, Any]] = {}
 

@@ -13,9 +13,12 @@ from tests.ui.browser import free_port, serving
 def test_top_prints_the_leaderboard(seeded) -> None:  # noqa: ANN001
     store, runs = seeded
     counts: dict[tuple[str, str], int] = {}
+    latest: dict[tuple[str, str], float] = {}
     for run in runs:
         counts[(run.agent, run.service)] = counts.get((run.agent, run.service), 0) + 1
-    (agent, service), most = max(counts.items(), key=lambda item: item[1])
+        latest[(run.agent, run.service)] = max(latest.get((run.agent, run.service), 0.0), run.attributed_at)
+    # The leaderboard's order: most blames first, the most recently blamed first among equals.
+    (agent, service), most = max(counts.items(), key=lambda item: (item[1], latest[item[0]]))
     with serving(create_ui_app(store, UISettings(auth_token="t0ken"))) as url:
         result = CliRunner(env={"COLUMNS": "200"}).invoke(
             main, ["top", "--once", "--since", "24h", "--endpoint", url, "--token", "t0ken"]
