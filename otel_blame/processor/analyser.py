@@ -33,6 +33,7 @@ from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.attribution.systemic import describe_failure
 from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner, redact_trajectory
@@ -270,6 +271,7 @@ class TraceAnalyser:
             self._metrics.record_trace(Outcome.FAILURE, False)
             self._finish_unchanged(trace)
             return AnalysisResult("unattributed", problem=outcome.problem)
+        attribution = describe_failure(trajectory, attribution)  # LLM methods leave the category open
         resource = _resource_of(request, trajectory.root_span_id)
         blame_span_id = None
         if verdict is None:

@@ -4,6 +4,8 @@ On a failed trace: the decisive step's span gets ``blame.culprit``, ``blame.agen
 ``blame.step``, ``blame.reason``, a ``blame.assigned`` event and a GenAI ``gen_ai.evaluation.result``
 event (see ``evaluation_attributes``); the root gets ``blame.agent``,
 ``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
+both also get ``blame.category`` (and ``blame.dependency``), ``blame.cross_run.suspiciousness``
+where known, the root ``blame.failure_mode`` where one is supported;
 every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
 known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
 the same root attributes and the evaluation event into the trace, with a link to the culprit span.
@@ -65,6 +67,22 @@ def root_attributes(attribution: Attribution) -> dict[str, object]:
     }
     if attribution.model:
         values[sc.BLAME_MODEL] = attribution.model
+    values.update(culprit_attributes(attribution))
+    if attribution.failure_mode:
+        values[sc.BLAME_FAILURE_MODE] = attribution.failure_mode
+    return values
+
+
+def culprit_attributes(attribution: Attribution) -> dict[str, object]:
+    """What root and culprit span both carry beyond agent, step and reason: the kind of failure
+    (``blame.category``, ``blame.dependency``) and the cross-run suspiciousness, where known."""
+    values: dict[str, object] = {}
+    if attribution.category:
+        values[sc.BLAME_CATEGORY] = attribution.category
+    if attribution.dependency and attribution.category == sc.CATEGORY_DEPENDENCY:
+        values[sc.BLAME_DEPENDENCY] = attribution.dependency
+    if attribution.cross_run_suspiciousness is not None:
+        values[sc.BLAME_CROSS_RUN_SUSPICIOUSNESS] = round(float(attribution.cross_run_suspiciousness), 6)
     return values
 
 
@@ -171,6 +189,8 @@ class BlameEnricher:
             _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
             _set(span.attributes, sc.BLAME_STEP, attribution.step)
             _set(span.attributes, sc.BLAME_REASON, attribution.reason)
+            for key, value in culprit_attributes(attribution).items():
+                _set(span.attributes, key, value)
             at = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
             _add_event(span, sc.BLAME_ASSIGNED_EVENT, at, root_attributes(attribution))
             response_id = _string_attribute(span, sc.GEN_AI_RESPONSE_ID)
