@@ -65,6 +65,14 @@ EXCEPTION_EVENT = "exception"
 EXCEPTION_TYPE = "exception.type"
 EXCEPTION_MESSAGE = "exception.message"
 ERROR_TYPE = "error.type"
+# dependencies a step called: what tells a failing tool, API or provider apart (victims, not culprits)
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+HTTP_STATUS_CODE = "http.status_code"  # the pre-1.21 name, still emitted by many instrumentations
+RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+SERVER_ADDRESS = "server.address"
+PEER_SERVICE = "peer.service"
+URL_FULL = "url.full"
+HTTP_URL = "http.url"  # the pre-1.21 name of url.full
 
 # --- other instrumentations we accept ----------------------------------------------------
 # OpenInference (Arize Phoenix)
@@ -139,6 +147,13 @@ BLAME_REASON = "blame.reason"
 BLAME_METHOD = "blame.method"
 BLAME_MODEL = "blame.model"
 BLAME_ASSIGNED_EVENT = "blame.assigned"
+BLAME_CATEGORY = "blame.category"  # agent | dependency | specification
+BLAME_DEPENDENCY = "blame.dependency"  # the failing tool or service, when the category is dependency
+BLAME_FAILURE_MODE = "blame.failure_mode"  # a MAST failure mode, e.g. step_repetition
+BLAME_CROSS_RUN_SUSPICIOUSNESS = "blame.cross_run.suspiciousness"  # 0..1, passing vs failing runs
+CATEGORY_AGENT = "agent"
+CATEGORY_DEPENDENCY = "dependency"
+CATEGORY_SPECIFICATION = "specification"
 # the attribution as a GenAI evaluation result (event gen_ai.evaluation.result on the culprit span)
 EVALUATION_FAILURE_ATTRIBUTION = "failure_attribution"  # its gen_ai.evaluation.name
 EVALUATION_LABEL_CULPRIT = "culprit"  # its gen_ai.evaluation.score.label

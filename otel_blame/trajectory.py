@@ -43,6 +43,19 @@ class Step(BaseModel):
     is_error: bool = Field(default=False, description="the span or tool reported an error")
 
 
+class DependencyFailure(BaseModel):
+    """A tool, API or model provider that failed during the run (error status, HTTP 429/5xx, a
+    timeout, a provider error): evidence that a step failed as a victim, not through its agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="the failing tool or service, e.g. a tool name, a host, a provider")
+    kind: str = Field(description="http_status | timeout | provider_error | tool_error")
+    detail: str = Field(default="", description="what was recorded: a status code, an error message")
+    step: int | None = Field(default=None, description="the step it happened in (its span or below it)")
+    span_id: str | None = None
+
+
 class Task(BaseModel):
     """What the run was asked to do and what it produced."""
 
@@ -67,6 +80,9 @@ class Trajectory(BaseModel):
     trace_id: str | None = Field(default=None, description="hex trace id when built from spans")
     root_span_id: str | None = None
     source: str | None = Field(default=None, description="where it came from, e.g. a file name")
+    dependency_failures: list[DependencyFailure] = Field(
+        default_factory=list, description="tools, APIs and providers that failed, in step order"
+    )
 
     @model_validator(mode="after")
     def _indices_are_positions(self) -> Trajectory:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from otel_blame.attribution.base import AttributionError
 from otel_blame.attribution.result import Attribution, Candidate, Cost
 from otel_blame.attribution.signals import SIGNALS, Evidence, ScoringContext, Signal
+from otel_blame.attribution.systemic import describe_failure
 from otel_blame.trajectory import Step, Trajectory
 
 METHOD_NAME = "heuristic"
@@ -173,7 +174,7 @@ class HeuristicAttribution:
         if agent_level.get(best.step.agent):
             reasons = [*reasons, *(_REASONS[n] for n in AGENT_SCOPE if evidence.by_signal.get(n))]
         reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(reasons) + "."
-        return Attribution(
+        attribution = Attribution(
             agent=best.step.agent,
             step=best.step.index,
             confidence=confidence,
@@ -182,6 +183,8 @@ class HeuristicAttribution:
             candidates=candidates,
             cost=Cost(seconds=round(time.perf_counter() - started, 6)),
         )
+        # additive: what kind of failure it was (never moves the agent or step)
+        return describe_failure(trajectory, attribution, evidence.by_signal, self.weights.as_dict())
 
     def score_steps(self, trajectory: Trajectory) -> list[ScoredStep]:
         """Every suspect step with its score and the signals behind it, best first."""

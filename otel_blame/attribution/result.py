@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+Category = Literal["agent", "dependency", "specification"]
 
 
 class Candidate(BaseModel):
@@ -39,3 +43,21 @@ class Attribution(BaseModel):
     model: str | None = Field(default=None, description="the LLM used; None for offline methods")
     candidates: list[Candidate] = Field(default_factory=list, description="best first")
     cost: Cost = Field(default_factory=Cost)
+    # What kind of failure it was (see otel_blame.attribution.systemic); None when not assessed.
+    category: Category | None = Field(
+        default=None,
+        description="agent: its own output was wrong; dependency: a tool, API or provider failed"
+        "; specification: the task or instructions were wrong",
+    )
+    dependency: str | None = Field(
+        default=None, description="the failing tool or service (category dependency)"
+    )
+    failure_mode: str | None = Field(
+        default=None, description="a MAST failure mode, where evidence supports one"
+    )
+    cross_run_suspiciousness: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="the culprit step's suspiciousness across runs of its workflow",
+    )

@@ -24,6 +24,7 @@ from otel_blame.trajectory import Outcome, Step, StepKind, Task, Trajectory
 
 from .ag2 import AG2
 from .agents import AgentResolver, first
+from .dependencies import find_dependency_failures
 from .genai import GenAI, GenAIEvents
 from .logfire import Logfire
 from .model import Convention, Kind, SpanView, TraceGraph
@@ -328,6 +329,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
             )
         )
 
+    step_of = {view.span_id: position for position, (view, _, _) in enumerate(step_views)}
     task_view = _task_view(graph, root)
     outcome, reason = _outcome(task_view, root)
     trajectory = Trajectory(
@@ -338,6 +340,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
         trace_id=trace_id.hex(),
         root_span_id=root.span_id.hex() if root is not None else None,
         source="otlp",
+        dependency_failures=find_dependency_failures(graph, step_of, CONVENTIONS),
     )
     return Built(trajectory, BuildNotes(service=service, agent_from_service=from_service))
 

@@ -35,16 +35,24 @@ from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.attribution.systemic import describe_failure
 from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner, redact_trajectory
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.detector import FailureDetector
-from otel_blame.processor.enricher import BlameEnricher
+from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
 from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
 from otel_blame.processor.retention import RetainedTraces
-from otel_blame.processor.wal import KIND_DIRECT_TRACES, WriteAheadLog
+from otel_blame.processor.wal import (
+    KIND_DIRECT_LOGS,
+    KIND_DIRECT_TRACES,
+    WALClosed,
+    WALFull,
+    WALStorageError,
+    WriteAheadLog,
+)
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Outcome, Trajectory
 
@@ -266,28 +274,39 @@ class TraceAnalyser:
             self._metrics.record_trace(Outcome.FAILURE, False)
             self._finish_unchanged(trace)
             return AnalysisResult("unattributed", problem=outcome.problem)
+        attribution = describe_failure(trajectory, attribution)  # LLM methods leave the category open
         resource = _resource_of(request, trajectory.root_span_id)
         blame_span_id = None
         if verdict is None:
-            self._enricher.enrich(request.resource_spans, trajectory, attribution)
+            evaluation = self._enricher.enrich(request.resource_spans, trajectory, attribution)
             enriched = request.SerializeToString()
             self._exporter.submit(TRACES, enriched, trace.span_refs, trace.spans)
             if trace.log_payloads:
                 self._exporter.submit(LOGS, b"".join(trace.log_payloads), trace.log_refs, trace.log_records)
             self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
         else:
-            payload = self._enricher.late_blame_span(trajectory, attribution, resource)
+            payload, evaluation = self._enricher.late_blame_span(trajectory, attribution, resource)
             row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
             self._exporter.submit(TRACES, payload, [row], 1)
-            blame_span_id = (
-                ExportTraceServiceRequest.FromString(payload)
-                .resource_spans[0]
-                .scope_spans[0]
-                .spans[0]
-                .span_id.hex()
-            )
+            blame_span_id = evaluation.span_id.hex()
+        if evaluation is not None and self._config.enrichment.evaluation_log_records:
+            self._send_evaluation_log(evaluation, resource, trace_hex)
         self._record_blame(trajectory, attribution, _service(resource), trace_hex, late=verdict is not None)
         return AnalysisResult("attributed", attribution, blame_span_id)
+
+    def _send_evaluation_log(
+        self, evaluation: EvaluationEvent, resource: Resource | None, trace_hex: str
+    ) -> None:
+        """The evaluation event as a log record, durable like a late span (logged before it is sent).
+        The blame is already on the spans, so a log that cannot store it costs only this copy."""
+        payload = evaluation_log_request(evaluation, resource)
+        try:
+            row = self._wal.append(KIND_DIRECT_LOGS, payload, parts=1)
+        except (WALFull, WALStorageError, WALClosed) as error:
+            self._counters.add("evaluation_logs_dropped")
+            log.warning("trace %s: evaluation log record not sent: %s", trace_hex, error)
+            return
+        self._exporter.submit(LOGS, payload, [row], 1)
 
     def verdict(self, trace: BufferedTrace, verdict: Verdict) -> AnalysisResult:
         return self.analyse(trace, verdict)

@@ -167,6 +167,10 @@ class AttributionConfig(_Section):
     timeout: float = Field(default=120.0, gt=0, description="per trace, seconds")
     redact: bool = Field(default=True, description="redact content before it goes to an LLM")
     llm: LLMSettings | None = Field(default=None, description="null = OPENAI_BASE_URL / OPENAI_API_KEY env")
+    calibration: Path | None = Field(
+        default=None,
+        description="a calibration file (otel-blame inject --calibration-out) for the method's confidence",
+    )
 
 
 class VerdictsConfig(_Section):
@@ -194,6 +198,16 @@ class ExporterConfig(_Section):
         return value or None
 
 
+class EnrichmentConfig(_Section):
+    """What the enricher writes besides the ``blame.*`` attributes."""
+
+    evaluation_log_records: bool = Field(
+        default=False,
+        description="also send gen_ai.evaluation.result as an OTLP log record parented to the culprit span "
+        "(the downstream must accept OTLP logs, e.g. a Collector with a logs pipeline)",
+    )
+
+
 class AlertingConfig(_Section):
     """Repeated-culprit alerts: when one agent is blamed ``threshold`` times in a window, POST once."""
 
@@ -208,6 +222,7 @@ class ProcessorConfig(_Section):
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
+    enrichment: EnrichmentConfig = Field(default_factory=EnrichmentConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)  # the blame store the web UI reads

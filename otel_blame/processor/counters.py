@@ -32,6 +32,7 @@ NAMES = (
     "verdicts",
     "replayed_rows",
     "alerts",
+    "evaluation_logs_dropped",  # gen_ai.evaluation.result log records the log could not store
 )
 GAUGE_PREFIXES = ("assembly_buffered", "wal_", "retained_", "export_pending")
 

@@ -4,9 +4,13 @@ On a failed trace: the decisive step's span gets ``blame.culprit``, ``blame.agen
 ``blame.step``, ``blame.reason``, a ``blame.assigned`` event and a GenAI ``gen_ai.evaluation.result``
 event (see ``evaluation_attributes``); the root gets ``blame.agent``,
 ``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
+both also get ``blame.category`` (and ``blame.dependency``), ``blame.cross_run.suspiciousness``
+where known, the root ``blame.failure_mode`` where one is supported;
 every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
 known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
 the same root attributes and the evaluation event into the trace, with a link to the culprit span.
+The evaluation result can also be sent as the conventions' log-record event
+(:func:`evaluation_log_request`), parented to the same span, for backends that read logs.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
@@ -60,6 +67,22 @@ def root_attributes(attribution: Attribution) -> dict[str, object]:
     }
     if attribution.model:
         values[sc.BLAME_MODEL] = attribution.model
+    values.update(culprit_attributes(attribution))
+    if attribution.failure_mode:
+        values[sc.BLAME_FAILURE_MODE] = attribution.failure_mode
+    return values
+
+
+def culprit_attributes(attribution: Attribution) -> dict[str, object]:
+    """What root and culprit span both carry beyond agent, step and reason: the kind of failure
+    (``blame.category``, ``blame.dependency``) and the cross-run suspiciousness, where known."""
+    values: dict[str, object] = {}
+    if attribution.category:
+        values[sc.BLAME_CATEGORY] = attribution.category
+    if attribution.dependency and attribution.category == sc.CATEGORY_DEPENDENCY:
+        values[sc.BLAME_DEPENDENCY] = attribution.dependency
+    if attribution.cross_run_suspiciousness is not None:
+        values[sc.BLAME_CROSS_RUN_SUSPICIOUSNESS] = round(float(attribution.cross_run_suspiciousness), 6)
     return values
 
 
@@ -75,6 +98,40 @@ def evaluation_attributes(attribution: Attribution, response_id: str | None = No
     if response_id:
         values[sc.GEN_AI_RESPONSE_ID] = response_id
     return values
+
+
+@dataclass(frozen=True)
+class EvaluationEvent:
+    """Where a ``gen_ai.evaluation.result`` went: the span it is parented to, its time and attributes."""
+
+    trace_id: bytes
+    span_id: bytes
+    time_unix_nano: int
+    attributes: dict[str, object]
+
+
+def evaluation_log_request(event: EvaluationEvent, resource: Resource | None = None) -> bytes:
+    """The evaluation result as the GenAI conventions define events: a log record named
+    ``gen_ai.evaluation.result`` carrying the evaluated span's context (an ExportLogsServiceRequest)."""
+    record = LogRecord(
+        time_unix_nano=event.time_unix_nano,
+        observed_time_unix_nano=time.time_ns(),
+        severity_number=SeverityNumber.SEVERITY_NUMBER_INFO,
+        severity_text="INFO",
+        trace_id=event.trace_id,
+        span_id=event.span_id,
+        event_name=sc.GEN_AI_EVALUATION_RESULT_EVENT,
+    )
+    for key, value in event.attributes.items():
+        _set(record.attributes, key, value)
+    request = ExportLogsServiceRequest()
+    resource_logs = request.resource_logs.add()
+    if resource is not None:
+        resource_logs.resource.CopyFrom(resource)
+    scope_logs = resource_logs.scope_logs.add()
+    scope_logs.scope.CopyFrom(InstrumentationScope(name=SCOPE_NAME, version=__version__))
+    scope_logs.log_records.append(record)
+    return request.SerializeToString()
 
 
 def _add_event(span: Span, name: str, time_unix_nano: int, attributes: dict[str, object]) -> None:
@@ -106,8 +163,9 @@ class BlameEnricher:
 
     def enrich(
         self, resource_spans: Sequence[ResourceSpans], trajectory: Trajectory, attribution: Attribution
-    ) -> int:
-        """Mutate the spans in place; return how many spans were changed."""
+    ) -> EvaluationEvent | None:
+        """Mutate the spans in place; return the evaluation event written on the culprit span
+        (None when no span of the trace is the culprit step's)."""
         by_id: dict[str, list[Span]] = {}
         for resource in resource_spans:
             for scope in resource.scope_spans:
@@ -121,6 +179,7 @@ class BlameEnricher:
                 "attribution names step %d of %d; no culprit span", attribution.step, len(trajectory.steps)
             )
         changed: set[int] = set()
+        evaluation: EvaluationEvent | None = None
         for index, score in step_scores(trajectory, attribution).items():
             for span in by_id.get(trajectory.steps[index].span_id or "", []):
                 _set(span.attributes, sc.BLAME_SCORE, round(score, 6))
@@ -130,23 +189,27 @@ class BlameEnricher:
             _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
             _set(span.attributes, sc.BLAME_STEP, attribution.step)
             _set(span.attributes, sc.BLAME_REASON, attribution.reason)
+            for key, value in culprit_attributes(attribution).items():
+                _set(span.attributes, key, value)
             at = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
             _add_event(span, sc.BLAME_ASSIGNED_EVENT, at, root_attributes(attribution))
             response_id = _string_attribute(span, sc.GEN_AI_RESPONSE_ID)
-            _add_event(
-                span, sc.GEN_AI_EVALUATION_RESULT_EVENT, at, evaluation_attributes(attribution, response_id)
-            )
+            attributes = evaluation_attributes(attribution, response_id)
+            _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, at, attributes)
+            evaluation = evaluation or EvaluationEvent(span.trace_id, span.span_id, at, attributes)
             changed.add(id(span))
         for span in by_id.get(trajectory.root_span_id or "", []):
             for key, value in root_attributes(attribution).items():
                 _set(span.attributes, key, value)
             changed.add(id(span))
-        return len(changed)
+        log.debug("trace %s: blame written on %d spans", trajectory.trace_id, len(changed))
+        return evaluation
 
     def late_blame_span(
         self, trajectory: Trajectory, attribution: Attribution, resource: Resource | None = None
-    ) -> bytes:
-        """An ExportTraceServiceRequest (serialised) with one new span ``blame {agent}``."""
+    ) -> tuple[bytes, EvaluationEvent]:
+        """An ExportTraceServiceRequest (serialised) with one new span ``blame {agent}``, and the
+        evaluation event written on that span."""
         now = time.time_ns()
         span = Span(
             trace_id=bytes.fromhex(trajectory.trace_id or ""),
@@ -165,7 +228,8 @@ class BlameEnricher:
             link.span_id = bytes.fromhex(trajectory.steps[attribution.step].span_id or "")
             _set(link.attributes, sc.BLAME_CULPRIT, True)
         _add_event(span, sc.BLAME_ASSIGNED_EVENT, now, {sc.BLAME_REASON: attribution.reason})
-        _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, now, evaluation_attributes(attribution))
+        evaluation = EvaluationEvent(span.trace_id, span.span_id, now, evaluation_attributes(attribution))
+        _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, now, evaluation.attributes)
         request = ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
         if resource is not None:
@@ -173,4 +237,4 @@ class BlameEnricher:
         scope_spans = resource_spans.scope_spans.add()
         scope_spans.scope.CopyFrom(InstrumentationScope(name=SCOPE_NAME, version=__version__))
         scope_spans.spans.append(span)
-        return request.SerializeToString()
+        return request.SerializeToString(), evaluation

@@ -15,8 +15,9 @@ from otel_blame.processor.assembler import AssemblyStage
 from otel_blame.processor.config import WALConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.errors import Accepted, Backpressure, InvalidRequest, NotAccepting
-from otel_blame.processor.exporter import TRACES, OTLPExporter
+from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
 from otel_blame.processor.wal import (
+    KIND_DIRECT_LOGS,
     KIND_DIRECT_TRACES,
     KIND_LOGS,
     PendingAppend,
@@ -109,6 +110,10 @@ class Ingest:
             if row.kind == KIND_DIRECT_TRACES:
                 self._wal.adopt(row, 1)
                 self._exporter.submit(TRACES, row.body, [row.row_id], count_spans(row.body))
+                continue
+            if row.kind == KIND_DIRECT_LOGS:
+                self._wal.adopt(row, 1)
+                self._exporter.submit(LOGS, row.body, [row.row_id], 1)
                 continue
             try:
                 groups = self.split(row.kind, row.body)

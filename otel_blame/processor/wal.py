@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 KIND_TRACES = "traces"
 KIND_LOGS = "logs"
 KIND_DIRECT_TRACES = "direct_traces"  # spans the processor made itself (late verdicts): no assembly
+KIND_DIRECT_LOGS = "direct_logs"  # log records the processor made itself (evaluation events): no assembly
 
 
 class WALFull(Exception):

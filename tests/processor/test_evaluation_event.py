@@ -6,6 +6,7 @@ received by a recording OTLP server downstream."""
 from __future__ import annotations
 
 import json
+import time
 
 from click.testing import CliRunner
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -125,3 +126,90 @@ def test_late_verdict_blame_span_carries_the_evaluation(sink, make_processor) ->
     assert event[sc.GEN_AI_EVALUATION_SCORE_LABEL] == "culprit"
     assert event[sc.GEN_AI_EVALUATION_EXPLANATION] == answer["reason"]
     assert blame.links[0].span_id  # linked to the evaluated (culprit) span
+
+
+# --- the same evaluation as the conventions' log-record event (enrichment.evaluation_log_records) ------
+
+
+def _wait_for_log_records(sink, count: int, timeout: float = 10.0) -> list:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records = sink.log_records()
+        if len(records) >= count:
+            return records
+        time.sleep(0.05)
+    return sink.log_records()
+
+
+def _evaluation_records(sink) -> list:  # noqa: ANN001
+    return [r for r in sink.log_records() if r.event_name == sc.GEN_AI_EVALUATION_RESULT_EVENT]
+
+
+def test_evaluation_log_record_is_parented_to_the_culprit_span(sink, make_processor) -> None:  # noqa: ANN001
+    processor = make_processor(enrichment={"evaluation_log_records": True})
+    spans = record_agent_run(
+        [("Planner", "Plan: compute 6*7."), ("Solver", "The answer is 41."), ("Critic", "Looks right.")],
+        failed=True,
+    )
+    _send(processor.grpc_endpoint, spans)
+    arrived = [r.span for r in sink.wait_for_spans(len(spans), timeout=10)]
+    culprit = next(span for span in arrived if attributes_to_dict(span.attributes).get(sc.BLAME_CULPRIT))
+    (record,) = _wait_for_log_records(sink, 1)
+    assert record.event_name == sc.GEN_AI_EVALUATION_RESULT_EVENT
+    assert (record.trace_id, record.span_id) == (culprit.trace_id, culprit.span_id)
+    (span_event,) = _evaluation_events(culprit)
+    assert attributes_to_dict(record.attributes) == span_event  # one evaluation, two carriers
+    assert record.time_unix_nano == next(
+        e.time_unix_nano for e in culprit.events if e.name == sc.GEN_AI_EVALUATION_RESULT_EVENT
+    )
+    (resource_logs,) = [r for request in sink.log_requests for r in request.resource_logs]
+    assert attributes_to_dict(resource_logs.resource.attributes)[sc.SERVICE_NAME]  # the trace's resource
+
+
+def test_no_evaluation_log_record_unless_asked_or_failed(sink, make_processor) -> None:  # noqa: ANN001
+    quiet = make_processor()
+    failed = record_agent_run([("A", "plan"), ("B", "The answer is 41.")], failed=True)
+    _send(quiet.grpc_endpoint, failed)
+    sink.wait_for_spans(len(failed), timeout=10)
+    # both use the same WAL directory: the next one would replay (and, asked, record) what this one
+    # has exported but not yet released, so it stops first
+    quiet.stop()
+    asking = make_processor(enrichment={"evaluation_log_records": True})
+    passed = record_agent_run([("A", "plan"), ("B", "42")], failed=False)
+    _send(asking.grpc_endpoint, passed)
+    sink.wait_for_spans(len(failed) + len(passed), timeout=10)
+    asking.stop()  # everything it had is delivered
+    assert _evaluation_records(sink) == []
+
+
+def test_late_verdict_evaluation_log_record_names_the_blame_span(sink, make_processor) -> None:  # noqa: ANN001
+    processor = make_processor(enrichment={"evaluation_log_records": True})
+    spans = record_agent_run(
+        [("Planner", "plan"), ("Solver", "The answer is 41")], failed=False, expected=None
+    )
+    trace_id = format(spans[0].context.trace_id, "032x")
+    _send(processor.grpc_endpoint, spans)
+    sink.wait_for_spans(len(spans), timeout=10)
+    answer = processor.submit_verdict(trace_id, "failure", expected_output="42")
+    assert answer["status"] == "attributed"
+    (record,) = _wait_for_log_records(sink, 1)
+    assert record.trace_id.hex() == trace_id and record.span_id.hex() == answer["blame_span_id"]
+    assert attributes_to_dict(record.attributes)[sc.GEN_AI_EVALUATION_EXPLANATION] == answer["reason"]
+
+
+def test_evaluation_log_record_survives_a_downstream_outage_and_a_restart(sink, make_processor) -> None:  # noqa: ANN001
+    """Logged before it is sent: a processor stopped while the downstream is away sends it on restart."""
+    sink.set_available(False)
+    first = make_processor(enrichment={"evaluation_log_records": True})
+    spans = record_agent_run([("Planner", "plan"), ("Solver", "The answer is 41.")], failed=True)
+    _send(first.grpc_endpoint, spans)
+    deadline = time.monotonic() + 10
+    while first.stats().get("attributed_traces", 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.stats()["attributed_traces"] == 1
+    assert first.stop(timeout=1.0) is False  # nothing could be delivered
+    sink.set_available(True)
+    make_processor(enrichment={"evaluation_log_records": True})
+    (record,) = _wait_for_log_records(sink, 1)
+    assert record.event_name == sc.GEN_AI_EVALUATION_RESULT_EVENT
+    assert record.trace_id == spans[0].context.trace_id.to_bytes(16, "big")

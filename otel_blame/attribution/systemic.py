@@ -1,0 +1,189 @@
+"""Victims are not culprits: what kind of failure an attribution found, and its MAST failure mode.
+
+Pure (a Trajectory and an Attribution in, the Attribution with ``category``, ``dependency`` and
+``failure_mode`` filled in out); it never moves the blamed agent or step, it says what kind of fault
+that step was.
+
+``category``:
+
+- ``dependency`` when a tool, API or model provider failed at the blamed step (a failing span in or
+  under the step's span: an HTTP 429/5xx, a timeout, a provider error, a tool span with an error;
+  see :mod:`otel_blame.conventions.dependencies`), or in the tool or code results right before or
+  right after it (the result it was reacting to, or the result of the call it made).
+  ``dependency`` names the failing tool or service.
+- ``specification`` when the run itself says the task or the instructions were wrong: a step says
+  they are contradictory, ambiguous, inconsistent or incomplete ("the task does not give the numbers
+  I need", "these instructions are contradictory").
+- ``agent`` otherwise: the agent's own output was wrong.
+
+``failure_mode`` is one of the 14 modes of MAST (Cemri et al., "Why Do Multi-Agent LLM Systems
+Fail?", NeurIPS 2025 Datasets and Benchmarks), only where the trace carries evidence for it (see
+:data:`FAILURE_MODES` and ``docs/semconv.md``); otherwise None.
+"""
+
+from __future__ import annotations
+
+import re
+
+from otel_blame.attribution.result import Attribution
+from otel_blame.trajectory import DependencyFailure, StepKind, Trajectory
+
+# MAST: identifier written as blame.failure_mode -> (MAST number, name in the paper, group)
+FAILURE_MODES: dict[str, tuple[str, str, str]] = {
+    "disobey_task_specification": ("FM-1.1", "Disobey task specification", "specification issues"),
+    "disobey_role_specification": ("FM-1.2", "Disobey role specification", "specification issues"),
+    "step_repetition": ("FM-1.3", "Step repetition", "specification issues"),
+    "loss_of_conversation_history": ("FM-1.4", "Loss of conversation history", "specification issues"),
+    "unaware_of_termination_conditions": (
+        "FM-1.5",
+        "Unaware of termination conditions",
+        "specification issues",
+    ),
+    "conversation_reset": ("FM-2.1", "Conversation reset", "inter-agent misalignment"),
+    "fail_to_ask_for_clarification": ("FM-2.2", "Fail to ask for clarification", "inter-agent misalignment"),
+    "task_derailment": ("FM-2.3", "Task derailment", "inter-agent misalignment"),
+    "information_withholding": ("FM-2.4", "Information withholding", "inter-agent misalignment"),
+    "ignored_other_agents_input": ("FM-2.5", "Ignored other agent's input", "inter-agent misalignment"),
+    "reasoning_action_mismatch": ("FM-2.6", "Reasoning-action mismatch", "inter-agent misalignment"),
+    "premature_termination": ("FM-3.1", "Premature termination", "task verification"),
+    "no_or_incomplete_verification": ("FM-3.2", "No or incomplete verification", "task verification"),
+    "incorrect_verification": ("FM-3.3", "Incorrect verification", "task verification"),
+}
+
+# heuristic signals (otel_blame.attribution.signals) that are evidence of a MAST mode at the step
+SIGNAL_MODES: dict[str, str] = {
+    "stuck": "step_repetition",
+    "plan_gap": "disobey_task_specification",
+    "off_task_report": "task_derailment",
+    "approval": "incorrect_verification",
+}
+AGENT_SIGNAL_MODES: dict[str, str] = {"premature_acceptance": "no_or_incomplete_verification"}
+
+_SUBJECT = r"(?:task|instructions?|requirements?|specification|spec|request|question|prompt)"
+_FAULTY = (
+    r"(?:contradict\w*|conflicting|ambiguous|unclear|inconsistent|under-?specified|incomplete|impossible"
+    r"|self-contradictory)"
+)
+_SPECIFICATION = re.compile(
+    rf"\b(?:{_SUBJECT}\b[^.\n]{{0,40}}?\b(?:is|are|seems?|looks?|appears?)\s+(?:to be\s+)?{_FAULTY}"
+    rf"|{_FAULTY}\s+{_SUBJECT}"
+    rf"|{_SUBJECT}\s+(?:does|did)(?: not|n't) (?:give|say|specify|provide|state|include|contain)"
+    r"|(?:not enough|insufficient|missing) (?:information|details|data)"
+    r" (?:in|from) the (?:task|request|question))",
+    re.IGNORECASE,
+)
+_TERMINATE = re.compile(r"\bTERMINATE\b")
+_FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
+_REPEATS_FOR_LOOP = 3
+
+
+def nearby_dependency_failure(trajectory: Trajectory, step: int) -> DependencyFailure | None:
+    """A dependency that failed at ``step``, or in the tool/code results just before or after it."""
+    by_step: dict[int, DependencyFailure] = {}
+    for failure in trajectory.dependency_failures:
+        if failure.step is not None:
+            by_step.setdefault(failure.step, failure)
+    if step in by_step:
+        return by_step[step]
+    steps = trajectory.steps
+    for direction in (1, -1):  # the result of its own call first, then the result it answered
+        index = step + direction
+        while 0 <= index < len(steps) and steps[index].kind != StepKind.MESSAGE:
+            if index in by_step:
+                return by_step[index]
+            index += direction
+    return None
+
+
+def _ended_without_answer(trajectory: Trajectory) -> bool:
+    """The run was ended (a TERMINATE in its last message) before any answer was given."""
+    messages = [step for step in trajectory.steps if step.kind == StepKind.MESSAGE and step.content.strip()]
+    if not messages or trajectory.task.final_output or not _TERMINATE.search(messages[-1].content):
+        return False
+    return not any(_FINAL_ANSWER.search(step.content) for step in messages)
+
+
+def specification_evidence(trajectory: Trajectory) -> int | None:
+    """The first message step saying the task or its instructions are wrong, if any."""
+    for step in trajectory.steps:
+        if step.kind == StepKind.MESSAGE and _SPECIFICATION.search(step.content[:4000]):
+            return step.index
+    return None
+
+
+def failure_mode(
+    trajectory: Trajectory,
+    attribution: Attribution,
+    by_signal: dict[str, dict[int, float]] | None = None,
+    weights: dict[str, float] | None = None,
+) -> str | None:
+    """The MAST mode the evidence at the blamed step supports, or None.
+
+    ``by_signal`` is the heuristic's evidence per signal (step index -> strength), when known: the
+    strongest mapped signal at the blamed step names the mode."""
+    steps = trajectory.steps
+    if not 0 <= attribution.step < len(steps):
+        return None
+    blamed = steps[attribution.step]
+    if _ended_without_answer(trajectory):
+        return "premature_termination"
+    same = [
+        step
+        for step in trajectory.steps_of(blamed.agent)
+        if step.kind == StepKind.MESSAGE
+        and step.content.strip() == blamed.content.strip()
+        and step.content.strip()
+    ]
+    if len(same) >= _REPEATS_FOR_LOOP:
+        return "step_repetition"
+    if by_signal:
+        weights = weights or {}
+        found: list[tuple[float, str]] = []
+        for signal, mode in SIGNAL_MODES.items():
+            strength = by_signal.get(signal, {}).get(attribution.step, 0.0)
+            if strength:
+                found.append((weights.get(signal, 1.0) * strength, mode))
+        for signal, mode in AGENT_SIGNAL_MODES.items():
+            strength = sum(
+                value
+                for index, value in by_signal.get(signal, {}).items()
+                if 0 <= index < len(steps) and steps[index].agent == blamed.agent
+            )
+            if strength:
+                found.append((weights.get(signal, 1.0) * strength, mode))
+        if found:
+            return max(found)[1]
+    return None
+
+
+def describe_failure(
+    trajectory: Trajectory,
+    attribution: Attribution,
+    by_signal: dict[str, dict[int, float]] | None = None,
+    weights: dict[str, float] | None = None,
+) -> Attribution:
+    """The attribution with category, dependency and failure mode; fields a method already set stay."""
+    update: dict[str, object] = {}
+    reason = attribution.reason
+    if attribution.category is None:
+        dependency = nearby_dependency_failure(trajectory, attribution.step)
+        if dependency is not None:
+            update["category"] = "dependency"
+            update["dependency"] = dependency.name
+            detail = f" ({dependency.detail})" if dependency.detail else ""
+            reason += f" It failed because {dependency.name} failed{detail}: a dependency"
+            reason += ", not the agent's own output."
+        elif (flagged := specification_evidence(trajectory)) is not None:
+            update["category"] = "specification"
+            reason += (
+                f" Step {flagged} says the task or its instructions were wrong: a specification problem."
+            )
+        else:
+            update["category"] = "agent"
+    if attribution.failure_mode is None and update.get("category", attribution.category) != "dependency":
+        mode = failure_mode(trajectory, attribution, by_signal, weights)
+        if mode is not None:
+            update["failure_mode"] = mode
+    if reason != attribution.reason:
+        update["reason"] = reason
+    return attribution.model_copy(update=update) if update else attribution
