@@ -51,6 +51,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "Run the whole path offline: agents, processor, blame tables.",
     ),
     LazyCommand(
+        "inject",
+        "otel_blame.inject.cli:inject_command",
+        "Plant faults in your own app's runs and measure how well blame finds them.",
+    ),
+    LazyCommand(
         "ui",
         "otel_blame.ui.cli:ui_command",
         "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",

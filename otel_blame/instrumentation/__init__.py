@@ -35,6 +35,7 @@ __all__ = [
     "OtelBlameInstrumentor",
     "TaskRun",
     "agent_turn",
+    "attribute_current_task",
     "configure",
     "current_settings",
     "current_task",
@@ -49,6 +50,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "attribute_current_task":  # imported on use: it needs pydantic, the spans do not
+        from otel_blame.instrumentation.self_healing import attribute_current_task
+
+        return attribute_current_task
     if name == "OtelBlameInstrumentor":
         from otel_blame.instrumentation.instrumentor import OtelBlameInstrumentor
 

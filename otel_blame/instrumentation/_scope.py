@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -41,6 +42,21 @@ _CURRENT_TASK: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
 )
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
+# steps a task keeps in memory for attribute_current_task (beyond them, only spans are made)
+MAX_REMEMBERED_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class RememberedStep:
+    """A step as the task recorded it (content as captured: capped, redacted, or empty when off)."""
+
+    index: int
+    agent: str
+    role: str
+    kind: str
+    content: str
+    tool_name: str | None = None
+    is_error: bool = False
 
 
 def warn_once(key: str, message: str) -> None:
@@ -103,6 +119,20 @@ class TaskRun:
         self._span_context = span.get_span_context()
         self._root_context = trace.set_span_in_context(span)
         self._open_turns: dict[int, Any] = {}  # agent turns not yet ended, ended with the task
+        self.input: str | None = None  # as captured (None when content capture is off)
+        self.expected_output: str | None = None
+        self._steps: list[RememberedStep] = []
+
+    def remember_step(self, step: RememberedStep) -> None:
+        """Keep a recorded step for :meth:`remembered_steps` (bounded by ``MAX_REMEMBERED_STEPS``)."""
+        with self._lock:
+            if len(self._steps) < MAX_REMEMBERED_STEPS:
+                self._steps.append(step)
+
+    def remembered_steps(self) -> list[RememberedStep]:
+        """The steps recorded so far, in step-index order."""
+        with self._lock:
+            return sorted(self._steps, key=lambda step: step.index)
 
     @property
     def trace_id(self) -> int:
@@ -254,6 +284,8 @@ class task:  # noqa: N801 - used like a function: ``with task("name"):`` / ``@ta
                 semconv.workflow_span_name(self.name), kind=SpanKind.INTERNAL, attributes=attributes
             )
             run = TaskRun(self.name, span, conversation_id, settings, parent)
+            run.input = attributes.get(semconv.TASK_INPUT)
+            run.expected_output = attributes.get(semconv.TASK_EXPECTED_OUTPUT)
             otel_token = otel_context.attach(trace.set_span_in_context(span))
             task_token = _CURRENT_TASK.set(run)
             self._tokens.append((otel_token, task_token, run))

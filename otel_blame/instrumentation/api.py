@@ -32,6 +32,7 @@ from otel_blame.instrumentation._messages import (
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import (
     _CURRENT_TASK,
+    RememberedStep,
     TaskRun,
     current_task,
     set_outcome,
@@ -101,7 +102,18 @@ def _record_message(
 ) -> int | None:
     run = run if run is not None else _CURRENT_TASK.get()
     span_name, attributes, index = _step(
-        run, agent, content, role, kind, tool_name, tool_calls, tool_call_id, agent_id, extra, source
+        run,
+        agent,
+        content,
+        role,
+        kind,
+        tool_name,
+        tool_calls,
+        tool_call_id,
+        agent_id,
+        extra,
+        source,
+        is_error,
     )
     span = tracer().start_span(
         span_name,
@@ -128,6 +140,7 @@ def _step(
     agent_id: Any,
     extra: Mapping[str, Any] | None,
     source: str | None,
+    is_error: bool = False,
 ) -> tuple[str, dict[str, Any], int | None]:
     """A step's span name, attributes (the step index taken now) and index: the one place the
     attributes the processor reads are made, for point spans and agent turns alike."""
@@ -162,8 +175,12 @@ def _step(
         attributes[semconv.GEN_AI_TOOL_CALL_ID] = to_text(tool_call_id)
     if source:
         attributes[semconv.INSTRUMENTATION_SOURCE] = source
+    remembered = ""
     if settings.capture_content:
         prepared = prepare(content, settings) if content is not None or not tool_calls else None
+        remembered = prepared.text if prepared is not None else ""
+        if tool_calls:
+            remembered = f"{remembered}\n{to_text(list(tool_calls))}".strip()
         message_role = raw_role if raw_role in MESSAGE_ROLES else "assistant"
         payload, truncated, redacted = output_messages(
             message_role,
@@ -186,6 +203,17 @@ def _step(
     if run is not None:
         attributes[semconv.GEN_AI_CONVERSATION_ID] = run.conversation_id
         attributes[semconv.STEP_INDEX] = index = run.next_step_index()
+        run.remember_step(
+            RememberedStep(
+                index=index,
+                agent=name,
+                role=raw_role,
+                kind=step_kind.value,
+                content=remembered,
+                tool_name=attributes.get(semconv.GEN_AI_TOOL_NAME),
+                is_error=is_error,
+            )
+        )
     else:
         warn_once("no-task", "otel-blame: record_message outside a task; the span has no step index")
         index = None
@@ -359,6 +387,7 @@ class AgentTurn:
             self._agent_id,
             extra,
             self.source,
+            is_error,
         )
         self.answered = True
         self.index = index

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from otel_blame.attribution.base import AttributionMethod
+from otel_blame.attribution.calibration import Calibration, CalibrationError
 from otel_blame.attribution.deadline import DeadlineExceeded, attribution_deadline
 from otel_blame.attribution.registry import create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
@@ -52,6 +53,22 @@ def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
     return trajectory.model_copy(update={"task": task, "steps": steps})
 
 
+def _load_calibration(config: AttributionConfig) -> Calibration | None:
+    """The configured calibration file, checked against the method (the fallback stays uncalibrated)."""
+    if config.calibration is None:
+        return None
+    try:
+        calibration = Calibration.load(config.calibration)
+    except CalibrationError as error:
+        raise ConfigError(f"attribution.calibration: {error}") from None
+    if calibration.method != config.method:
+        raise ConfigError(
+            f"attribution.calibration: {config.calibration} was fitted for method {calibration.method!r}, "
+            f"but attribution.method is {config.method!r}"
+        )
+    return calibration
+
+
 class AttributionRunner:
     """Thread-safe; ``attribute`` runs on the calling thread and ends its LLM requests by the deadline."""
 
@@ -70,6 +87,13 @@ class AttributionRunner:
         self._redact = config.redact and is_llm_method(config.method)
         self._redact_fallback = config.redact and is_llm_method(config.fallback_method)
         self._redactor = redactor or Redactor()
+        self.calibration = _load_calibration(config)
+
+    def _calibrated(self, attribution: Attribution) -> Attribution:
+        """The method's answer with ``confidence`` mapped through the calibration file, when one is set."""
+        if self.calibration is None:
+            return attribution
+        return attribution.model_copy(update={"confidence": self.calibration.apply(attribution.confidence)})
 
     def attribute(self, trajectory: Trajectory, *, submitted_at: float | None = None) -> AttributionOutcome:
         """The method's answer, or the fallback's when it fails or runs out of time.
@@ -84,7 +108,7 @@ class AttributionRunner:
                 raise DeadlineExceeded("the deadline passed while the trace was queued")
             given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
             with attribution_deadline(deadline):
-                return AttributionOutcome(self.method.attribute(given))
+                return AttributionOutcome(self._calibrated(self.method.attribute(given)))
         except DeadlineExceeded as error:
             problem = f"{timed_out} ({error})"
         except Exception as error:  # an LLM error, a bad answer, AttributionError

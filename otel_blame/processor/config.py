@@ -167,6 +167,10 @@ class AttributionConfig(_Section):
     timeout: float = Field(default=120.0, gt=0, description="per trace, seconds")
     redact: bool = Field(default=True, description="redact content before it goes to an LLM")
     llm: LLMSettings | None = Field(default=None, description="null = OPENAI_BASE_URL / OPENAI_API_KEY env")
+    calibration: Path | None = Field(
+        default=None,
+        description="a calibration file (otel-blame inject --calibration-out) for the method's confidence",
+    )
 
 
 class CrossRunConfig(_Section):

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_blame import semconv
+from otel_blame.instrumentation._interception import MessageInterceptor, OutgoingMessage, current_interceptor
 from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
 from otel_blame.instrumentation._scope import TaskRun, current_task, task
@@ -49,8 +50,36 @@ def forget() -> None:
 def process_message_before_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     processed = wrapped(*args, **kwargs)
     recipient = args[1] if len(args) > 1 else kwargs.get("recipient")
+    interceptor = current_interceptor()
+    if interceptor is not None and not _is_manager_relay(instance, recipient):
+        replaced = _intercepted(interceptor, instance, processed)
+        if replaced is not None:
+            processed = replaced
     _record_sent(instance, processed, recipient)
     return processed
+
+
+@guarded("autogen.intercept")
+def _intercepted(interceptor: MessageInterceptor, sender: Any, message: Any) -> Any:
+    """What an installed interceptor (``otel-blame inject``) sends instead of ``message``, or None."""
+    run = current_task()
+    if isinstance(message, Mapping):
+        content = _content_text(message.get("content"))
+        if message.get("tool_responses") or message.get("role") in ("tool", "function"):
+            kind = StepKind.TOOL
+        else:
+            kind = StepKind.CODE_EXECUTION if _is_code_result(sender, content) else StepKind.MESSAGE
+    else:
+        content = to_text(message)
+        kind = StepKind.CODE_EXECUTION if _is_code_result(sender, content) else StepKind.MESSAGE
+    outgoing = OutgoingMessage(
+        agent=to_text(getattr(sender, "name", "agent")),
+        step=run.steps_recorded if run is not None else None,
+        kind=kind.value,
+        text=to_text(content),
+        message=message,
+    )
+    return interceptor(outgoing)
 
 
 def _is_manager_relay(sender: Any, recipient: Any) -> bool:

@@ -1,0 +1,89 @@
+"""The message interceptor a campaign run installs: watches every outgoing message, plants one fault.
+
+It sees messages through the instrumentation's own message path
+(:mod:`otel_blame.instrumentation._interception`): what it returns is what the recipient gets and
+what the step records. The fault goes into the first message of the planned agent at or after the
+planned step that the fault kind can change; the step index that message got is the ground truth.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from otel_blame.inject.faults import FaultKind, applies, apply_fault
+from otel_blame.instrumentation._interception import OutgoingMessage
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    kind: FaultKind
+    agent: str
+    step: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class SeenMessage:
+    agent: str
+    step: int | None
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class PlantedFault:
+    """The ground truth of a run: which agent's message, at which step, changed how."""
+
+    kind: str
+    agent: str
+    step: int
+    description: str
+    before: str
+    after: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def with_content(message: Any, text: str) -> Any:
+    """The framework message with its text replaced (a str stays a str, a dict is copied)."""
+    if isinstance(message, Mapping):
+        changed = dict(message)
+        changed["content"] = text
+        responses = changed.get("tool_responses")
+        if isinstance(responses, list) and responses:
+            changed["tool_responses"] = [{**dict(responses[0]), "content": text}, *responses[1:]]
+        return changed
+    return text
+
+
+class Injector:
+    """A :class:`~otel_blame.instrumentation._interception.MessageInterceptor` for one run."""
+
+    def __init__(self, plan: FaultPlan | None) -> None:
+        self.plan = plan
+        self.seen: list[SeenMessage] = []
+        self.planted: PlantedFault | None = None
+
+    def __call__(self, outgoing: OutgoingMessage) -> Any:
+        self.seen.append(SeenMessage(outgoing.agent, outgoing.step, outgoing.kind, outgoing.text))
+        plan = self.plan
+        if plan is None or self.planted is not None or outgoing.step is None:
+            return None
+        if outgoing.agent != plan.agent or outgoing.step < plan.step:
+            return None
+        if not applies(plan.kind, outgoing.text, outgoing.kind):
+            return None
+        injected = apply_fault(plan.kind, outgoing.text, random.Random(plan.seed))
+        self.planted = PlantedFault(
+            kind=plan.kind.value,
+            agent=outgoing.agent,
+            step=outgoing.step,
+            description=injected.description,
+            before=outgoing.text,
+            after=injected.text,
+        )
+        return with_content(outgoing.message, injected.text)

@@ -1,0 +1,65 @@
+"""Campaigns whose app raises, hangs, never fails or cannot be imported end with a clear report
+(exit status 1 when nothing could be scored), never with a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from otel_blame.cli import main
+
+pytest.importorskip("autogen")
+
+
+def _inject(*args: str) -> tuple[int, dict | None, str]:
+    result = CliRunner().invoke(main, ["inject", "--json", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    report = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
+    return result.exit_code, report, result.output
+
+
+def test_an_app_that_raises_gets_a_report_saying_so():
+    code, report, _ = _inject("--app", "tests.inject.apps:raises", "--runs", "3")
+    assert code == 1
+    assert report["baseline"]["status"] == "app_error"
+    assert "RuntimeError: the app broke before its first message" in report["baseline"]["error"]
+    assert report["scored"] == 0 and report["agent_accuracy"] is None
+    assert any("raised on its clean run" in p for p in report["problems"])
+
+
+def test_an_app_that_hangs_is_ended_at_the_run_timeout():
+    code, report, _ = _inject("--app", "tests.inject.apps:hangs", "--runs", "2", "--run-timeout", "1")
+    assert code == 1
+    assert report["baseline"]["status"] == "timeout"
+    assert any("hung past the per-run timeout" in p for p in report["problems"])
+
+
+def test_an_app_that_never_fails_gets_nothing_to_blame():
+    code, report, _ = _inject("--app", "tests.inject.apps:never_fails", "--runs", "2", "--seed", "3")
+    assert code == 1
+    assert report["statuses"] == {"masked": 2}
+    assert report["scored"] == 0
+    assert any("never fails" in p for p in report["problems"])
+
+
+def test_runs_that_hang_are_counted_and_the_campaign_goes_on(tmp_path):
+    # app seeds drawn for --seed 0: the odd ones hang, a fresh app process serves the next run
+    code, report, _ = _inject(
+        "--app", "tests.inject.apps:hangs_on_odd_seeds", "--runs", "3", "--seed", "0", "--run-timeout", "12"
+    )
+    seeds = [r["app_seed"] for r in report["results"]]
+    hung = [r for r in report["results"] if r["status"] == "timeout"]
+    assert len(hung) == sum(s % 2 for s in seeds) >= 1
+    assert all("timed out after 12 s" in r["error"] for r in hung)
+    assert any(r["status"] in ("attributed", "masked") for r in report["results"])
+    assert any("hung and were ended" in p for p in report["problems"])
+    assert code == (0 if report["scored"] else 1)
+
+
+def test_an_app_that_cannot_be_imported_is_one_error_line():
+    result = CliRunner().invoke(main, ["inject", "--app", "no_such_module_here:run", "--runs", "1"])
+    assert result.exit_code == 1
+    assert "cannot import no_such_module_here" in result.output
+    assert "Traceback" not in result.output
