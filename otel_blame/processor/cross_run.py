@@ -20,7 +20,6 @@ import logging
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 
 from otel_blame.attribution.cross_run import (
@@ -126,7 +125,7 @@ class CrossRunStatistics:
                         for entity in sorted(entities)
                     ],
                 )
-                self._bound_agents(workflow_id, {_agent_of(e) for e in entities})
+                self._bound_agents(workflow_id)
                 if runs == 1:
                     self._bound_workflows()
                 db.execute("COMMIT")
@@ -142,20 +141,20 @@ class CrossRunStatistics:
         ).fetchone()
         return int(row[0])
 
-    def _bound_agents(self, workflow_id: int, agents: Iterable[str]) -> None:
+    def _bound_agents(self, workflow_id: int) -> None:
         db = self._db
         limit = self.config.max_components_per_agent
-        for agent in agents:
-            count = db.execute(
-                "SELECT COUNT(*) FROM components WHERE workflow = ? AND agent = ?", (workflow_id, agent)
-            ).fetchone()[0]
-            if count > limit:
-                removed = db.execute(
-                    "DELETE FROM components WHERE workflow = ? AND entity IN (SELECT entity FROM components "
-                    "WHERE workflow = ? AND agent = ? AND entity != ? ORDER BY last_seen LIMIT ?)",
-                    (workflow_id, workflow_id, agent, agent_entity(agent), count - limit),
-                ).rowcount
-                self.evicted_components += removed
+        crowded = db.execute(
+            "SELECT agent, COUNT(*) FROM components WHERE workflow = ? GROUP BY agent HAVING COUNT(*) > ?",
+            (workflow_id, limit),
+        ).fetchall()
+        for agent, count in crowded:
+            removed = db.execute(
+                "DELETE FROM components WHERE workflow = ? AND entity IN (SELECT entity FROM components "
+                "WHERE workflow = ? AND agent = ? AND entity != ? ORDER BY last_seen LIMIT ?)",
+                (workflow_id, workflow_id, agent, agent_entity(agent), count - limit),
+            ).rowcount
+            self.evicted_components += removed
         known = db.execute(
             "SELECT COUNT(*) FROM components WHERE workflow = ? AND entity LIKE 'agent:%'", (workflow_id,)
         ).fetchone()[0]
