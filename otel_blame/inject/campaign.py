@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,7 +266,7 @@ class RemoteProcessor(VerdictSource):
                 f"--endpoint {settings.endpoint}: expected the processor's HTTP URL, e.g. http://127.0.0.1:4318"
             )
         self._token = settings.token
-        self.method = "as configured in the processor"
+        self.method = ""  # as configured there: named by the verdicts that come back
         try:
             self._get("/healthz")
         except (OSError, ValueError) as error:
@@ -451,7 +452,9 @@ class Campaign:
             if record.fault is not None:
                 record.agent_correct = prediction.agent == record.fault.agent
                 record.step_correct = prediction.step == record.fault.step
-        return CampaignResult(settings, getattr(source, "method", ""), baseline, records, trajectories)
+        methods = Counter(r.prediction.method for r in records if r.prediction is not None)
+        method = getattr(source, "method", "") or (methods.most_common(1)[0][0] if methods else "unknown")
+        return CampaignResult(settings, method, baseline, records, trajectories)
 
     def _report(self, record: RunRecord) -> None:
         if self.progress is not None:
