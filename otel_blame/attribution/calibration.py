@@ -102,9 +102,16 @@ def fit(
     ordered = sorted((float(c), bool(ok)) for c, ok in pairs)
     if not ordered:
         raise ValueError("no attributed runs to fit a calibration on")
-    blocks: list[list[float]] = []  # [sum_confidence, correct, runs]
+    # runs with the same raw confidence start as one block: one raw value, one calibrated value
+    same: dict[float, list[float]] = {}
     for confidence, correct in ordered:
-        blocks.append([confidence, float(correct), 1.0])
+        block = same.setdefault(confidence, [0.0, 0.0, 0.0])
+        block[0] += confidence
+        block[1] += float(correct)
+        block[2] += 1.0
+    blocks: list[list[float]] = []  # [sum_confidence, correct, runs], pooled while accuracy would fall
+    for block in same.values():
+        blocks.append(block)
         while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
             last = blocks.pop()
             blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]

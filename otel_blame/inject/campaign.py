@@ -113,7 +113,8 @@ class Worker:
     def __init__(self, setup: WorkerSetup) -> None:
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=worker_main, args=(child, setup), daemon=True)
+        # not a daemon: an app may start processes of its own; stop() and kill() end it in every case
+        self._process = context.Process(target=worker_main, args=(child, setup), daemon=False)
         self._process.start()
         child.close()
         if not self._connection.poll(STARTUP_TIMEOUT):
@@ -418,6 +419,7 @@ class Campaign:
                     "agent": target.agent,
                     "step": target.step,
                     "seed": fault_seed,
+                    "exact": settings.step is not None,  # --step fixes the step; else the first fit
                 }
             answer = self._run(get, spec)
             planted = answer.get("planted")
