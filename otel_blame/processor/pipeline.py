@@ -53,6 +53,8 @@ from otel_blame.ui.attach import attach_blame_ui
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
+    from otel_blame.store.records import StoredRun as StoredBlame
+
 log = logging.getLogger(__name__)
 
 
@@ -98,8 +100,9 @@ class BlameProcessor:
             return self
         config = self.config
         wal = self._wal = WriteAheadLog(config.wal.dir, config.wal.max_bytes, config.wal.reserve_bytes)
-        try:  # the blame store: a listener writes every attribution, /ui/ and /api/ read it
-            self._blame_ui = attach_blame_ui(config, self._listeners, self._http_routes)
+        listeners, http_routes = list(self._listeners), list(self._http_routes)  # this start's own
+        try:  # the blame store: a listener keeps and counts each blame; /ui/, /api/, /metrics read it
+            self._blame_ui = attach_blame_ui(config, listeners, http_routes, self.metrics)
         except BaseException:
             wal.close()
             raise
@@ -122,7 +125,7 @@ class BlameProcessor:
             redactor=self._redactor,
             notifier=self._notifier,
         )
-        for listener in self._listeners:
+        for listener in listeners:
             analyser.add_listener(listener)
         stage = self._stage = AssemblyStage(
             self._assembler,
@@ -139,9 +142,7 @@ class BlameProcessor:
             if config.receivers.grpc_endpoint:
                 self._grpc = GRPCReceiver(config.receivers.grpc_endpoint, config.receivers, self)
             if config.receivers.http_endpoint:
-                self._http = HTTPReceiver(
-                    config.receivers.http_endpoint, config.receivers, self, self._http_routes
-                )
+                self._http = HTTPReceiver(config.receivers.http_endpoint, config.receivers, self, http_routes)
         except BaseException:  # e.g. a port in use: leave nothing running behind
             self._teardown()
             raise
@@ -279,13 +280,18 @@ class BlameProcessor:
             }
         if outcome != "failure" and self._assembler.is_buffered(raw_id):
             return {"status": "recorded", "trace_id": trace_id}
+        stored = self._blame_ui.stored_blame(trace_id) if self._blame_ui is not None else None
+        if stored is not None:  # attributed already, here or by another replica sharing the store
+            if outcome != "failure":
+                return {"status": "recorded", "trace_id": trace_id}
+            return _verdict_answer(trace_id, "already_attributed", stored, None)
         retained = self._retained.get(raw_id, time.monotonic())
         if retained is None:
             raise VerdictNotFound(f"trace {trace_id} is not among the recently completed traces")
         if outcome != "failure":
             return {"status": "recorded", "trace_id": trace_id}
         with retained.lock:
-            if retained.attribution is not None:
+            if retained.attribution is not None:  # no store, or its write is still in flight
                 return _verdict_answer(trace_id, "already_attributed", retained.attribution, None)
             try:
                 result = self.analyser.verdict(retained_trace(retained), Verdict(expected_output))
@@ -323,7 +329,7 @@ class BlameProcessor:
 
 
 def _verdict_answer(
-    trace_id: str, status: str, attribution: Attribution, span_id: str | None
+    trace_id: str, status: str, attribution: Attribution | StoredBlame, span_id: str | None
 ) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "status": status,

@@ -5,6 +5,11 @@ auto-increment, upsert and connection handling; Core gives one table definition 
 bound-parameter queries for both, plus a connection pool for PostgreSQL, without an object layer
 the store does not need. Each record is kept whole as JSON (``record``) next to the columns the
 queries filter and group on.
+
+The store also keeps the culprit counters a processor serves on ``/metrics``
+(``otel_blame_culprit_counts``): :meth:`BlameStore.add` with ``count_as`` increments the replica's
+counter row in the same transaction that keeps the failure, and :meth:`BlameStore.blame_counters`
+is what a scrape reads. One write, one record of each blame, for the UI, the API and the metrics.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, delete, event, func, insert, select
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
+from otel_blame.alerting.metrics import BlameSeries, CulpritLabels, counted_agent, culprit_labels
 from otel_blame.store.config import StoreConfig
 from otel_blame.store.records import (
     CulpritCount,
@@ -28,7 +35,7 @@ from otel_blame.store.records import (
     StoredRun,
     base_method,
 )
-from otel_blame.store.schema import failures, metadata
+from otel_blame.store.schema import culprit_counts, failures, metadata
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,15 @@ _SUMMARY_COLUMNS = (
     failures.c.attributed_at_ms,
     failures.c.steps,
 )
+
+
+@dataclass(frozen=True)
+class CountAs:
+    """Whose culprit counters a kept failure increments: the replica's name, and the bound on distinct
+    (service, agent) pairs past which agents are counted as ``other`` (as the metric labels them)."""
+
+    replica: str
+    max_agents: int = 500
 
 
 def _engine_url(url: str) -> str:
@@ -105,8 +121,11 @@ class BlameStore:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def add(self, run: StoredRun) -> None:
-        """Keep one attributed failure; a later verdict for the same trace replaces the earlier one."""
+    def add(self, run: StoredRun, *, count_as: CountAs | None = None) -> None:
+        """Keep one attributed failure; a later verdict for the same trace replaces the earlier one.
+
+        With ``count_as`` the blame is also counted on that replica's culprit counters, in the same
+        transaction (so a blame is never kept without being counted, or counted without being kept)."""
         record = run.model_dump_json()
         row = {
             "trace_id": run.trace_id.lower(),
@@ -130,8 +149,12 @@ class BlameStore:
                 with self.engine.begin() as connection:
                     connection.execute(delete(failures).where(failures.c.trace_id == run.trace_id.lower()))
                     connection.execute(insert(failures).values(**row))
+                    if count_as is not None:
+                        self._count_blame(
+                            connection, count_as, culprit_labels(run.service, run.agent, run.method)
+                        )
                 break
-            except IntegrityError:  # the same trace written concurrently elsewhere: try again
+            except IntegrityError:  # the same trace or counter row written concurrently: try again
                 if attempt == 2:
                     raise
         with self._lock:
@@ -139,6 +162,73 @@ class BlameStore:
             due = self._writes % self.config.prune_every == 0
         if due:
             self.prune()
+
+    @staticmethod
+    def _count_blame(connection: Connection, count_as: CountAs, labels: CulpritLabels) -> None:
+        """Increment the replica's counter row for this blame, creating it on the first blame."""
+        mine = culprit_counts.c.replica == count_as.replica[:256]
+        service, agent, fallback = labels.service, labels.agent, labels.fallback
+        known = connection.execute(
+            select(culprit_counts.c.id)
+            .where(mine, culprit_counts.c.service == service, culprit_counts.c.agent == agent)
+            .limit(1)
+        ).first()
+        if known is None:
+            pairs = connection.execute(
+                select(func.count()).select_from(
+                    select(culprit_counts.c.service, culprit_counts.c.agent).where(mine).distinct().subquery()
+                )
+            ).scalar_one()
+            agent = counted_agent(
+                agent, known=False, distinct_pairs=int(pairs), max_agents=count_as.max_agents
+            )
+        key = (
+            mine,
+            culprit_counts.c.service == service,
+            culprit_counts.c.agent == agent,
+            culprit_counts.c.method == labels.method,
+        )
+        now_ms = int(time.time() * 1000)
+        counted = connection.execute(
+            update(culprit_counts)
+            .where(*key)
+            .values(
+                blames=culprit_counts.c.blames + 1,
+                fallbacks=culprit_counts.c.fallbacks + int(fallback),
+                updated_at_ms=now_ms,
+            )
+        ).rowcount
+        if not counted:
+            connection.execute(
+                insert(culprit_counts).values(
+                    replica=count_as.replica[:256],
+                    service=service,
+                    agent=agent,
+                    method=labels.method,
+                    blames=1,
+                    fallbacks=int(fallback),
+                    updated_at_ms=now_ms,
+                )
+            )
+
+    def blame_counters(self, replica: str) -> list[BlameSeries]:
+        """The replica's culprit counters, in the order the series first appeared (what /metrics serves)."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(
+                    culprit_counts.c.service,
+                    culprit_counts.c.agent,
+                    culprit_counts.c.method,
+                    culprit_counts.c.blames,
+                    culprit_counts.c.fallbacks,
+                )
+                .where(culprit_counts.c.replica == replica[:256])
+                .order_by(culprit_counts.c.id)
+            ).all()
+        return [
+            BlameSeries(service, agent, method, int(blames), int(fallbacks))
+            for service, agent, method, blames, fallbacks in rows
+        ]
 
     def prune(self, now: float | None = None) -> int:
         """Drop failures older than ``max_age_seconds``, then the oldest until under ``max_bytes``."""
@@ -149,6 +239,8 @@ class BlameStore:
             removed += connection.execute(
                 delete(failures).where(failures.c.attributed_at_ms < cutoff)
             ).rowcount
+            # counters no blame touched within the age bound (e.g. of a replica long gone)
+            connection.execute(delete(culprit_counts).where(culprit_counts.c.updated_at_ms < cutoff))
             total = connection.execute(select(func.coalesce(func.sum(failures.c.size_bytes), 0))).scalar_one()
             excess = int(total) - self.config.max_bytes
             while excess > 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -23,6 +24,15 @@ class StoreConfig(BaseModel):
     max_age_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, description="older failures are dropped")
     max_bytes: int = Field(default=512 * MiB, gt=0, description="past this, the oldest failures are dropped")
     prune_every: int = Field(default=50, ge=1, description="check the bounds every N writes (and on open)")
+    replica: str | None = Field(
+        default=None,
+        max_length=256,
+        description="this processor's name on its culprit counters in the store; default: the host name",
+    )
+
+    def replica_name(self) -> str:
+        """Whose culprit counters this processor keeps and serves (unique per replica of a shared store)."""
+        return self.replica or socket.gethostname() or "otel-blame"
 
     def sqlite_path(self, wal_dir: Path | None) -> Path:
         """The SQLite file this configuration means, given the processor's WAL directory."""

@@ -6,6 +6,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from otel_blame.alerting.metrics import method_label
 from otel_blame.attribution.result import Attribution, Candidate, Cost
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Trajectory
@@ -82,7 +83,7 @@ class CulpritReport(_Model):
 
 def base_method(method: str) -> str:
     """``heuristic(fallback:all_at_once)`` -> ``heuristic``: the label the Prometheus metrics use."""
-    return method.split("(", 1)[0]
+    return method_label(method)
 
 
 def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:

@@ -1,8 +1,20 @@
-"""The one table of the blame store, defined once for SQLite and PostgreSQL (SQLAlchemy Core)."""
+"""The blame store's tables, defined once for SQLite and PostgreSQL (SQLAlchemy Core): the attributed
+failures, and the culprit counters each processor replica serves on ``/metrics``."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 metadata = MetaData()
 
@@ -28,4 +40,22 @@ failures = Table(
     Index("ix_otel_blame_failures_time", "attributed_at_ms"),
     Index("ix_otel_blame_failures_agent", "agent", "attributed_at_ms"),
     Index("ix_otel_blame_failures_service", "service", "attributed_at_ms"),
+)
+
+# Monotonic blame counters: one row per (replica, service, agent, method), incremented in the same
+# transaction that keeps a failure. Unlike counting rows of ``otel_blame_failures`` (which the age
+# and size bounds delete, and a later verdict replaces), these never go down, as Prometheus counters
+# must not; the row id keeps the order in which series first appeared.
+culprit_counts = Table(
+    "otel_blame_culprit_counts",
+    metadata,
+    Column("id", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True, autoincrement=True),
+    Column("replica", String(256), nullable=False, doc="the processor replica that attributed"),
+    Column("service", String(256), nullable=False),
+    Column("agent", String(256), nullable=False, doc="the culprit, or 'other' past the label bound"),
+    Column("method", String(128), nullable=False, doc="the base method, as on the metric"),
+    Column("blames", BigInteger, nullable=False),
+    Column("fallbacks", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False, doc="unix milliseconds of the last blame"),
+    UniqueConstraint("replica", "service", "agent", "method", name="uq_otel_blame_culprit_counts"),
 )

@@ -4,18 +4,25 @@ The processor calls :class:`StoreWriter` with every attribution it finishes (its
 listener hook) and mounts :meth:`BlameUI.routes` on its HTTP port, so ``/ui/`` and ``/api/``
 answer there exactly as under ``otel-blame ui``. The UI checks the processor's own
 ``receivers.auth_token`` itself: the API by Bearer header, the pages through the sign-in form.
+
+The store is also what ``/metrics`` and ``/v1/verdicts`` read: the writer counts each blame on this
+replica's culprit counters as it keeps it (:meth:`ProcessorUI.blame_series` is what a scrape reads),
+and a verdict for an already attributed trace is answered from the stored record
+(:meth:`ProcessorUI.stored_blame`), whichever replica attributed it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from otel_blame.alerting.metrics import BlameSeries
 from otel_blame.attribution.result import Attribution
-from otel_blame.store.blame_store import BlameStore, open_store
+from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
-from otel_blame.store.records import build_run
+from otel_blame.store.records import StoredRun, build_run
 from otel_blame.trajectory import Trajectory
 from otel_blame.ui.app import BlameUI
 from otel_blame.ui.settings import UISettings
@@ -34,10 +41,12 @@ class FinishedAttributionLike(Protocol):
 
 
 class StoreWriter:
-    """An attribution listener: keeps each finished attribution in the blame store."""
+    """An attribution listener: keeps each finished attribution in the blame store and counts it on
+    the replica's culprit counters, in one transaction."""
 
-    def __init__(self, store: BlameStore) -> None:
+    def __init__(self, store: BlameStore, count_as: CountAs) -> None:
         self.store = store
+        self.count_as = count_as
 
     def __call__(self, finished: FinishedAttributionLike) -> None:
         run = build_run(
@@ -47,21 +56,42 @@ class StoreWriter:
             service=finished.service,
             attributed_at=finished.finished_at_unix,
         )
-        self.store.add(run)
+        self.store.add(run, count_as=self.count_as)
 
 
 class ProcessorUI:
-    """What ``serve`` adds: the store, its writer (a listener) and the UI routes."""
+    """What ``serve`` adds: the store, its writer (a listener), the UI routes, and the store's answers
+    for the culprit counters and for verdicts."""
 
-    def __init__(self, store: BlameStore, settings: UISettings) -> None:
+    def __init__(self, store: BlameStore, settings: UISettings, count_as: CountAs) -> None:
         self.store = store
-        self.writer = StoreWriter(store)
+        self.count_as = count_as
+        self.writer = StoreWriter(store, count_as)
         self.ui = BlameUI(store, settings)
+        self._on_close: list[Callable[[], None]] = []
 
     def routes(self) -> list[Any]:
         return self.ui.routes()
 
+    def blame_series(self) -> list[BlameSeries]:
+        """This replica's culprit counters, read from the store at every scrape."""
+        return self.store.blame_counters(self.count_as.replica)
+
+    def stored_blame(self, trace_id: str) -> StoredRun | None:
+        """The stored blame of a trace (attributed by any replica sharing the store), or None; a store
+        that cannot be read answers None, so the caller falls back to what it holds itself."""
+        try:
+            return self.store.run(trace_id)
+        except Exception as error:
+            log.warning("blame store: cannot read trace %s (%s)", trace_id, error)
+            return None
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
     def close(self) -> None:
+        for callback in self._on_close:
+            callback()
         self.store.close()
 
 
@@ -75,6 +105,7 @@ def processor_ui(
     tempo_url_template: str | None = None,
     max_upload_bytes: int | None = None,
     secure_cookies: bool = False,
+    max_agents: int = 500,
 ) -> ProcessorUI:
     """Open the store the configuration names (SQLite next to the WAL by default) and build the UI."""
     store = open_store(store_config, wal_dir=wal_dir)
@@ -86,5 +117,10 @@ def processor_ui(
         llm=llm if llm is not None and (llm.base_url or llm.api_key) else None,
         **({"max_upload_bytes": max_upload_bytes} if max_upload_bytes else {}),
     )
-    log.info("blame store: %s; web UI on /ui/, API on /api/", store.dialect)
-    return ProcessorUI(store, settings)
+    count_as = CountAs(store_config.replica_name(), max_agents)
+    log.info(
+        "blame store: %s; web UI on /ui/, API on /api/; culprit counters of replica %r",
+        store.dialect,
+        count_as.replica,
+    )
+    return ProcessorUI(store, settings, count_as)

@@ -12,6 +12,7 @@ from otel_blame.alerting import (
     WebhookNotifier,
     WebhookSettings,
 )
+from otel_blame.alerting.metrics import BlameSeries
 from otel_blame.alerting.repeated import RepeatedCulpritAlert
 from otel_blame.attribution.result import Attribution, Cost
 
@@ -56,6 +57,56 @@ def test_metrics_bound_agent_cardinality():
     for name in ["a", "b", "c", "d", "a"]:
         metrics.record_attribution(_blame(name))
     assert metrics.attributions() == {("", "a"): 2, ("", "b"): 1, ("", "other"): 2}
+
+
+class _Source:
+    """A counter source as the blame store is one: read at every scrape, it can be unreachable."""
+
+    def __init__(self) -> None:
+        self.series = [BlameSeries("shop", "Coder", "heuristic", 3, 1)]
+        self.reads = 0
+        self.down = False
+
+    def blame_series(self) -> list[BlameSeries]:
+        self.reads += 1
+        if self.down:
+            raise OSError("connection refused")
+        return list(self.series)
+
+
+def _samples(metrics: CulpritMetrics) -> dict:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(metrics.render())
+        for sample in family.samples
+    }
+
+
+def test_blame_counters_read_their_source_at_scrape_time():
+    metrics = CulpritMetrics()
+    source = _Source()
+    metrics.count_blames_in(source)
+    assert source.reads == 0  # registering reads nothing
+    coder = (
+        "otel_blame_attributions_total",
+        (("agent", "Coder"), ("method", "heuristic"), ("service", "shop")),
+    )
+    assert _samples(metrics)[coder] == 3
+    # the source counts blames (the store, as it keeps them): recording one counts only its cost
+    metrics.record_attribution(_blame("Coder", tokens=7), service="shop")
+    source.series = [BlameSeries("shop", "Coder", "heuristic", 4, 1)]
+    samples = _samples(metrics)
+    assert samples[coder] == 4
+    assert samples[("otel_blame_attribution_fallbacks_total", (("method", "heuristic"),))] == 1
+    assert samples[("otel_blame_llm_tokens_total", (("direction", "input"),))] == 7
+    # an unreachable source: the last counts are served, never fewer, and the scrape still answers
+    source.down = True
+    assert _samples(metrics)[coder] == 4
+    # detached (the store closed): counted here again, from zero
+    metrics.count_blames_in(None)
+    assert coder not in _samples(metrics)
+    metrics.record_attribution(_blame("Coder"), service="shop")
+    assert _samples(metrics)[coder] == 1
 
 
 def test_detector_fires_once_per_window_and_respects_cooldown():

@@ -171,6 +171,9 @@ def test_no_evaluation_log_record_unless_asked_or_failed(sink, make_processor) -
     failed = record_agent_run([("A", "plan"), ("B", "The answer is 41.")], failed=True)
     _send(quiet.grpc_endpoint, failed)
     sink.wait_for_spans(len(failed), timeout=10)
+    # both use the same WAL directory: the next one would replay (and, asked, record) what this one
+    # has exported but not yet released, so it stops first
+    quiet.stop()
     asking = make_processor(enrichment={"evaluation_log_records": True})
     passed = record_agent_run([("A", "plan"), ("B", "42")], failed=False)
     _send(asking.grpc_endpoint, passed)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from otel_blame.store import StoreConfig, open_store
+from otel_blame.store import CountAs, StoreConfig, open_store
 from tests.postgres_cluster import empty_store_tables
 from tests.store.runs import attributed_runs
 
@@ -23,13 +23,13 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
     assert replica_a.dialect == "postgresql"
     runs = attributed_runs(16, start=now - 1600, spacing=100, services=("checkout", "search"))
 
-    def write(store, mine) -> None:  # noqa: ANN001
+    def write(store, mine, name) -> None:  # noqa: ANN001
         for run in mine:
-            store.add(run)
+            store.add(run, count_as=CountAs(name))
 
     threads = [
-        threading.Thread(target=write, args=(replica_a, runs[0::2])),
-        threading.Thread(target=write, args=(replica_b, runs[1::2])),
+        threading.Thread(target=write, args=(replica_a, runs[0::2], "replica-a")),
+        threading.Thread(target=write, args=(replica_b, runs[1::2], "replica-b")),
     ]
     for thread in threads:
         thread.start()
@@ -49,6 +49,17 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
         for run in runs:
             expected[(run.service, run.agent)] = expected.get((run.service, run.agent), 0) + 1
         assert {(c.service, c.agent): c.count for c in report.culprits} == expected
+    # each replica's culprit counters hold what it attributed; together, what the UI counts
+    for name, share in (("replica-a", runs[0::2]), ("replica-b", runs[1::2])):
+        counted: dict[tuple[str, str], int] = {}
+        for series in replica_b.blame_counters(name):
+            counted[(series.service, series.agent)] = (
+                counted.get((series.service, series.agent), 0) + series.blames
+            )
+        mine: dict[tuple[str, str], int] = {}
+        for run in share:
+            mine[(run.service, run.agent)] = mine.get((run.service, run.agent), 0) + 1
+        assert counted == mine
     replica_a.close()
     replica_b.close()
 
@@ -86,3 +97,33 @@ def test_schema_creation_races_are_harmless(postgres_url: str) -> None:
     assert not errors and len(stores) == 4
     for store in stores:
         store.close()
+
+
+def test_one_replicas_workers_count_concurrently_without_losing_a_blame(
+    clean_postgres: str, now: float
+) -> None:
+    """Analysis workers of one replica blaming the same agent at once: the first insert of the counter
+    row races (a unique violation, retried), later ones update the same row; every blame counts."""
+    store = open_store(StoreConfig(url=clean_postgres))
+    [run] = attributed_runs(1, start=now, spacing=1)
+    errors: list[BaseException] = []
+
+    def blame(worker: int) -> None:
+        try:
+            for position in range(10):
+                store.add(
+                    run.model_copy(update={"trace_id": f"{worker:016x}{position:016x}"}),
+                    count_as=CountAs("r"),
+                )
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=blame, args=(worker + 1,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert [(s.agent, s.blames) for s in store.blame_counters("r")] == [(run.agent, 40)]
+    assert store.count() == 40
+    store.close()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
-from otel_blame.store import StoreConfig, open_store
+from otel_blame.alerting.metrics import CulpritMetrics
+from otel_blame.attribution.result import Attribution
+from otel_blame.store import CountAs, StoreConfig, open_store
 from otel_blame.store.records import StoredRun
 from tests.store.runs import attributed_runs, hostile_run
 
@@ -156,3 +159,57 @@ def test_the_default_file_sits_next_to_the_wal(tmp_path: Path, now: float) -> No
     store = open_store(config, wal_dir=tmp_path / "wal")
     store.add(attributed_runs(1, start=now, spacing=1)[0])
     assert (tmp_path / "wal" / "blame-store.sqlite3").exists()
+
+
+def test_blames_are_counted_per_replica_and_the_counters_never_go_down(store_path: Path, now: float) -> None:
+    store = open_store(StoreConfig(path=store_path, max_age_seconds=3600))
+    runs = attributed_runs(6, start=now - 7200, spacing=10)  # past the age bound: the next prune drops them
+    mine, theirs = CountAs("replica-a"), CountAs("replica-b")
+    for run in runs[:4]:
+        store.add(run, count_as=mine)
+    store.add(runs[4].model_copy(update={"method": "heuristic(fallback:all_at_once)"}), count_as=theirs)
+    store.add(runs[5])  # kept for the UI, counted on no replica's counters (e.g. an import)
+    expected: dict[tuple[str, str, str], int] = {}
+    for run in runs[:4]:
+        key = (run.service, run.agent, "heuristic")
+        expected[key] = expected.get(key, 0) + 1
+    assert {(s.service, s.agent, s.method): s.blames for s in store.blame_counters("replica-a")} == expected
+    assert [(s.agent, s.method, s.blames, s.fallbacks) for s in store.blame_counters("replica-b")] == [
+        (runs[4].agent, "heuristic", 1, 1)
+    ]
+    # a later verdict replaces the stored failure but is one more blame on the counter
+    store.add(runs[0], count_as=mine)
+    assert store.count() == 6
+    assert sum(s.blames for s in store.blame_counters("replica-a")) == 5
+    # the age bound deletes failures, never counts: a Prometheus counter must not go backwards
+    assert store.prune(now=now) == 6
+    assert sum(s.blames for s in store.blame_counters("replica-a")) == 5
+    store.close()
+    # the counters survive a restart (the metric continues instead of resetting)
+    again = open_store(StoreConfig(path=store_path, max_age_seconds=3600))
+    assert sum(s.blames for s in again.blame_counters("replica-a")) == 5
+    # counters no blame touched within the age bound go with it
+    again.prune(now=time.time() + 3700)
+    assert again.blame_counters("replica-a") == []
+
+
+def test_counter_labels_are_bounded_like_the_metric(store_path: Path, now: float) -> None:
+    store = open_store(StoreConfig(path=store_path))
+    [run] = attributed_runs(1, start=now, spacing=1)
+    bound = CountAs("replica-a", max_agents=2)
+    for position, agent in enumerate(["a", "b", "c", "d", "a"]):
+        store.add(run.model_copy(update={"agent": agent, "trace_id": f"{position + 1:032x}"}), count_as=bound)
+    memory = CulpritMetrics(max_agents=2)
+    for agent in ["a", "b", "c", "d", "a"]:
+        blame = Attribution(
+            agent=agent, step=run.step, confidence=run.confidence, reason="r", method=run.method
+        )
+        memory.record_attribution(blame, run.service)
+    assert [(s.agent, s.blames) for s in store.blame_counters("replica-a")] == [
+        ("a", 2),
+        ("b", 1),
+        ("other", 2),
+    ]
+    assert memory.attributions() == {(run.service, "a"): 2, (run.service, "b"): 1, (run.service, "other"): 2}
+    # the failures keep the real names; only the counter labels are bounded
+    assert store.failures(agent="d").total == 1

@@ -45,6 +45,31 @@ def _start(sink: RecordingOTLPSink, wal: Path, **sections: dict) -> BlameProcess
     return BlameProcessor(load_config(overrides=overrides, environ={})).start()
 
 
+def _attributions(base: str) -> dict[tuple[str, str], float]:
+    """``otel_blame_attributions_total`` by (service, agent), scraped from /metrics."""
+    return {
+        (sample.labels["service"], sample.labels["agent"]): sample.value
+        for family in text_string_to_metric_families(_get(base, "/metrics", token=None)[1].decode())
+        if family.name == "otel_blame_attributions"
+        for sample in family.samples
+        if sample.name == "otel_blame_attributions_total"
+    }
+
+
+def _post_verdict(base: str, trace_id: str) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        base + "/v1/verdicts",
+        data=json.dumps({"trace_id": trace_id, "outcome": "failure"}).encode(),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
 def _send_failed_run(processor: BlameProcessor, sink: RecordingOTLPSink) -> str:
     spans = record_agent_run(STEPS, failed=True)
     exporter = OTLPSpanExporter(
@@ -93,13 +118,7 @@ def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, t
         assert json.loads(_get(base, "/api/failures")[1])["failures"][0]["trace_id"] == trace_id
         # the culprits page counts what the Prometheus metric counts
         culprits = json.loads(_get(base, "/api/culprits?window=1h")[1])
-        metric = {
-            (sample.labels["service"], sample.labels["agent"]): sample.value
-            for family in text_string_to_metric_families(_get(base, "/metrics", token=None)[1].decode())
-            if family.name == "otel_blame_attributions"
-            for sample in family.samples
-            if sample.name == "otel_blame_attributions_total"
-        }
+        metric = _attributions(base)
         assert {(c["service"], c["agent"]): c["count"] for c in culprits["culprits"]} == metric
         with chromium() as browser:
             browser.get(f"{base}/ui/runs/{trace_id}")
@@ -120,19 +139,43 @@ def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, t
             assert off_loopback(requested_urls(browser)) == []
     finally:
         processor.stop()
-    # a restarted processor on the same WAL directory still has it
+    # a restarted processor on the same WAL directory still has it, and reads from the store what it
+    # no longer holds in memory: the culprit counter continues (no reset to zero) and a verdict for
+    # the trace is answered from the stored blame (the retained traces are gone with the process)
     again = _start(sink, tmp_path / "wal")
+    again_base = f"http://{again.http_endpoint}"
     try:
-        status, body = _get(f"http://{again.http_endpoint}", f"/api/runs/{trace_id}")
+        status, body = _get(again_base, f"/api/runs/{trace_id}")
         assert status == 200 and json.loads(body)["agent"] == run["agent"]
+        assert _attributions(again_base) == metric
+        status, answer = _post_verdict(again_base, trace_id)
+        assert status == 200, answer
+        assert answer["status"] == "already_attributed"
+        assert (answer["agent"], answer["step"], answer["method"]) == (
+            run["agent"],
+            run["step"],
+            run["method"],
+        )
+        assert answer["confidence"] == run["confidence"] and answer["reason"] == run["reason"]
+        assert _post_verdict(again_base, "e" * 32)[0] == 404  # neither stored nor retained
     finally:
         again.stop()
 
 
 def test_store_disabled_means_no_ui(sink: RecordingOTLPSink, tmp_path: Path) -> None:
     processor = _start(sink, tmp_path / "wal", store={"enabled": False})
+    base = f"http://{processor.http_endpoint}"
     try:
-        assert _get(f"http://{processor.http_endpoint}", "/api/failures")[0] == 404
+        assert _get(base, "/api/failures")[0] == 404
+        trace_id = _send_failed_run(processor, sink)
+        # without the store, the culprit counters and verdicts still work, from the processor's memory
+        deadline = time.monotonic() + 15
+        while not _attributions(base) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [(service, agent)] = _attributions(base)
+        assert service == "agents-under-test" and _attributions(base)[(service, agent)] == 1
+        status, answer = _post_verdict(base, trace_id)
+        assert status == 200 and answer["status"] == "already_attributed" and answer["agent"] == agent
         assert not (tmp_path / "wal" / "blame-store.sqlite3").exists()
     finally:
         processor.stop()
