@@ -8,7 +8,9 @@ here, the trace is forwarded exactly as it arrived.
 
 Listeners: :meth:`TraceAnalyser.add_listener` registers a callable that receives a
 :class:`FinishedAttribution` (trace id, service, the *redacted* trajectory, the attribution,
-the outcome, the wall-clock time) for every blame assigned. It runs on the analysis worker;
+the outcome, the wall-clock time) for every blame assigned. It runs on the analysis worker,
+one call at a time (listeners need not be thread-safe, and a SQLite blame store is not written
+by two workers at once, which made each wait in SQLite's busy handler: up to 100 ms a write);
 a listener that raises is logged and does not affect the trace. This is how a blame store (the
 web UI) plugs in.
 """
@@ -129,6 +131,7 @@ class TraceAnalyser:
         self._detector = FailureDetector(config.detection)
         self._repeated = RepeatedCulpritDetector(config.alerting.repeated_culprit)
         self._listeners: list[AttributionListener] = []
+        self._listener_lock = threading.Lock()  # listeners are called one at a time
         self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
         self._pool = ThreadPoolExecutor(
             max_workers=config.attribution.workers, thread_name_prefix="otel-blame-analyse"
@@ -349,11 +352,12 @@ class TraceAnalyser:
             finished_at_unix=time.time(),
             late=late,
         )
-        for listener in list(self._listeners):
-            try:
-                listener(finished)
-            except Exception:
-                log.exception("attribution listener %r failed", listener)
+        with self._listener_lock:
+            for listener in list(self._listeners):
+                try:
+                    listener(finished)
+                except Exception:
+                    log.exception("attribution listener %r failed", listener)
 
 
 def retained_trace(retained: Any) -> BufferedTrace:

@@ -20,6 +20,7 @@ from otel_blame.processor.wal import (
     KIND_DIRECT_LOGS,
     KIND_DIRECT_TRACES,
     KIND_LOGS,
+    PendingAppend,
     WALClosed,
     WALFull,
     WALStorageError,
@@ -54,14 +55,25 @@ class Ingest:
         return split_traces(body, self._root_is_failed)
 
     def accept(self, kind: str, body: bytes) -> Accepted:
-        """Store one export request durably and route it; raises an IngestError if not stored."""
+        """Store one export request durably and route it; raises an IngestError if not stored.
+
+        The request's commit starts before it is split, so the fsync and the split overlap; a
+        request that turns out malformed, or holds only invalid ids, is deleted again."""
         if not self.accepting:
             raise NotAccepting("the processor is not accepting data right now")
         logs = kind == KIND_LOGS
         try:
+            pending = self._wal.begin_append(kind, body)
+        except WALFull as error:
+            self._counters.add("rejected_requests")
+            raise Backpressure(str(error), self._config.retry_after_seconds) from None
+        except WALClosed as error:
+            raise NotAccepting(str(error)) from None
+        try:
             groups = self.split(kind, body)
         except DecodeError as error:
             self._counters.add("rejected_requests")
+            self._discard(pending)
             raise InvalidRequest(str(error)) from None
         accepted = Accepted()
         if groups.rejected:
@@ -71,20 +83,25 @@ class Ingest:
                 groups.rejected, f"{groups.rejected} {noun} with invalid ids: {groups.rejection}"
             )
         if not groups:
+            self._discard(pending)
             return accepted
         try:
-            row = self._wal.append(kind, body, parts=len(groups))
-        except WALFull as error:
-            self._counters.add("rejected_requests")
-            raise Backpressure(str(error), self._config.retry_after_seconds) from None
+            row = self._wal.finish_append(pending, parts=len(groups))
         except WALStorageError as error:
             self._counters.add("storage_errors")
             raise Backpressure(str(error), self._config.retry_after_seconds) from None
-        except (WALClosed, TimeoutError) as error:
+        except TimeoutError as error:
             raise NotAccepting(str(error)) from None
         self._counters.add("received_log_records" if logs else "received_spans", sum(g.items for g in groups))
         self._stage.route(kind, groups, row, logs=logs)
         return accepted
+
+    def _discard(self, pending: PendingAppend) -> None:
+        """Nothing of this request is kept: its row (if it was stored) is deleted at once."""
+        try:
+            self._wal.finish_append(pending, parts=0)
+        except (WALStorageError, TimeoutError):
+            pass  # not stored: nothing to delete
 
     def replay(self) -> None:
         """Deliver what a previous run acknowledged but did not deliver (at least once)."""

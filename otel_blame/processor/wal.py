@@ -49,10 +49,25 @@ class WALStorageError(Exception):
 class _Append:
     kind: str
     body: bytes
-    parts: int
+    parts: int | None  # None: given by finish_append once the request has been split
     done: threading.Event = field(default_factory=threading.Event)
     row_id: int = 0
     error: BaseException | None = None
+
+
+class _Discard(list[int]):
+    """Rows to delete at once, with an event set once the delete was tried."""
+
+    def __init__(self, row_ids: list[int]) -> None:
+        super().__init__(row_ids)
+        self.done = threading.Event()
+
+
+@dataclass(frozen=True)
+class PendingAppend:
+    """A request on its way to disk (:meth:`WriteAheadLog.begin_append`)."""
+
+    item: _Append
 
 
 @dataclass(frozen=True)
@@ -187,6 +202,32 @@ class WriteAheadLog:
 
     def append(self, kind: str, body: bytes, parts: int, timeout: float = 30.0) -> int:
         """Store ``body`` durably and return its row id; ``parts`` acknowledgements delete it."""
+        item = self._enqueue(kind, body, parts)
+        self._wait(item, timeout)
+        return item.row_id
+
+    def begin_append(self, kind: str, body: bytes) -> PendingAppend:
+        """Start storing ``body`` now; say how many parts it has with :meth:`finish_append`.
+
+        The receivers split a request while its commit (an fsync) is under way, so a request
+        waits for the longer of the two rather than for both in turn."""
+        return PendingAppend(self._enqueue(kind, body, None))
+
+    def finish_append(self, pending: PendingAppend, parts: int, timeout: float = 30.0) -> int:
+        """Wait until the row is durable and return its id; ``parts`` acknowledgements delete it
+        (0: nothing to deliver, the row goes at once). Raises as :meth:`append` does."""
+        item = pending.item
+        self._wait(item, timeout)
+        with self._lock:
+            if parts > 0:
+                self._remaining[item.row_id] = parts
+                return item.row_id
+        discard = _Discard([item.row_id])  # nothing to deliver: gone before the sender is answered
+        self._queue.put(discard)
+        discard.done.wait(timeout)
+        return item.row_id
+
+    def _enqueue(self, kind: str, body: bytes, parts: int | None) -> _Append:
         with self._lock:
             if self._closed:
                 raise WALClosed("write-ahead log is closed")
@@ -195,11 +236,14 @@ class WriteAheadLog:
             self._bytes += len(body)
         item = _Append(kind, body, parts)
         self._queue.put(item)
+        return item
+
+    @staticmethod
+    def _wait(item: _Append, timeout: float) -> None:
         if not item.done.wait(timeout):
             raise TimeoutError("write-ahead log did not commit in time")
         if item.error is not None:
             raise WALStorageError(f"write-ahead log cannot store the request: {item.error}") from None
-        return item.row_id
 
     def release(self, row_ids: Iterable[int], parts: int = 1) -> None:
         """One part of each row was delivered; rows with no parts left are deleted."""
@@ -260,24 +304,37 @@ class WriteAheadLog:
                 row_id for item in batch if isinstance(item, list) for row_id in item
             )
             stop = any(item is None for item in batch)
-            self._commit_deletes()
-            if stop and self._deletes_pending:  # one last chance with the reserve given up
-                if self._give_up_reserve():
-                    self._commit_deletes()
-            if not appends:
-                continue
             try:
-                self._commit_appends(appends)
-            except Exception as error:  # disk full, I/O error: the senders get an error, not an ack
-                self.failed_commits += 1
-                log.error("write-ahead log commit failed: %s", error)
-                with self._lock:
-                    for item in appends:
-                        self._bytes -= len(item.body)
-                for item in appends:
-                    item.error = error
+                self._write(appends, stop)
+            finally:
+                for item in batch:
+                    if isinstance(item, _Discard):
+                        item.done.set()
+
+    def _write(self, appends: list[_Append], stop: bool) -> None:
+        """One round of the writer: pending deletes and the appends that queued up."""
+        if appends and self._deletes_pending and not stop and self._commit_together(appends):
             for item in appends:
                 item.done.set()
+            return
+        self._commit_deletes()
+        if stop and self._deletes_pending:  # one last chance with the reserve given up
+            if self._give_up_reserve():
+                self._commit_deletes()
+        if not appends:
+            return
+        try:
+            self._commit_appends(appends)
+        except Exception as error:  # disk full, I/O error: the senders get an error, not an ack
+            self.failed_commits += 1
+            log.error("write-ahead log commit failed: %s", error)
+            with self._lock:
+                for item in appends:
+                    self._bytes -= len(item.body)
+            for item in appends:
+                item.error = error
+        for item in appends:
+            item.done.set()
 
     def _transaction(self, work: Callable[[sqlite3.Cursor], None]) -> None:
         cursor = self._connection.cursor()
@@ -331,24 +388,54 @@ class WriteAheadLog:
         except sqlite3.Error:
             self.failed_commits += 1
             return False
+        self._deleted(row_ids)
+        return True
+
+    def _deleted(self, row_ids: list[int]) -> None:
         gone = set(row_ids)
         self._deletes_pending[:] = [row_id for row_id in self._deletes_pending if row_id not in gone]
         with self._lock:
             for row_id in row_ids:
                 self._bytes -= self._sizes.pop(row_id, 0)
+
+    @staticmethod
+    def _insert(cursor: sqlite3.Cursor, appends: list[_Append]) -> None:
+        for item in appends:
+            cursor.execute("INSERT INTO requests (kind, body) VALUES (?, ?)", (item.kind, item.body))
+            item.row_id = int(cursor.lastrowid or 0)
+
+    def _commit_together(self, appends: list[_Append]) -> bool:
+        """Deletes and appends in one transaction: one fsync where there would be two. False when
+        it did not commit: the caller then takes the careful path (deletes alone first, with
+        the reserve given up if need be, then the appends), as on a full disk."""
+        row_ids = list(self._deletes_pending)
+
+        def work(cursor: sqlite3.Cursor) -> None:
+            cursor.executemany("DELETE FROM requests WHERE id = ?", [(r,) for r in row_ids])
+            self._insert(cursor, appends)
+
+        try:
+            self._transaction(work)
+        except Exception:  # the careful path will say what failed
+            for item in appends:
+                item.row_id = 0
+            return False
+        self._deleted(row_ids)
+        self._appended(appends)
         return True
 
     def _commit_appends(self, appends: list[_Append]) -> None:
-        def insert(cursor: sqlite3.Cursor) -> None:
-            for item in appends:
-                cursor.execute("INSERT INTO requests (kind, body) VALUES (?, ?)", (item.kind, item.body))
-                item.row_id = int(cursor.lastrowid or 0)
+        self._transaction(lambda cursor: self._insert(cursor, appends))
+        self._appended(appends)
 
-        self._transaction(insert)
+    def _appended(self, appends: list[_Append]) -> None:
         with self._lock:
             for item in appends:
                 self._sizes[item.row_id] = len(item.body)
-                if item.parts > 0:
+                if item.parts is not None and item.parts > 0:
                     self._remaining[item.row_id] = item.parts
-        # rows appended with no parts (nothing to deliver) go straight away
-        self._deletes_pending.extend(item.row_id for item in appends if item.parts <= 0)
+        # rows appended with no parts (nothing to deliver) go straight away; deferred parts
+        # (parts None) are given by finish_append
+        self._deletes_pending.extend(
+            item.row_id for item in appends if item.parts is not None and item.parts <= 0
+        )

@@ -36,7 +36,7 @@ _TAG_2 = b"\x12"  # ResourceSpans.scope_spans / ScopeSpans.spans
 _TAG_3 = b"\x1a"  # schema_url
 
 
-def varint(value: int) -> bytes:
+def _encode_varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -45,9 +45,16 @@ def varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = [_encode_varint(value) for value in range(1 << 14)]  # every length under 16 KiB
+
+
+def varint(value: int) -> bytes:
+    return _SMALL_VARINTS[value] if value < 16384 else _encode_varint(value)
+
+
 def field(tag: bytes, payload: bytes) -> bytes:
     """One length-delimited field."""
-    return tag + varint(len(payload)) + payload
+    return b"".join((tag, varint(len(payload)), payload))
 
 
 def has_agent_marker(payload: bytes) -> bool:
@@ -139,22 +146,23 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
                 scope_header += field(_TAG_3, scope_spans.schema_url.encode())
             by_trace: dict[bytes, list[bytes]] = {}
             for span in scope_spans.spans:
-                trace_id = span.trace_id
+                trace_id, span_id, parent_id = span.trace_id, span.span_id, span.parent_span_id
                 if (
                     len(trace_id) != 16
-                    or len(span.span_id) != 8
+                    or len(span_id) != 8
                     or trace_id == _ZERO_TRACE
-                    or (span.span_id == _ZERO_SPAN or (span.parent_span_id and len(span.parent_span_id) != 8))
-                    or span.parent_span_id == _ZERO_SPAN
+                    or span_id == _ZERO_SPAN
+                    or (parent_id and (len(parent_id) != 8 or parent_id == _ZERO_SPAN))
                 ):
-                    rejected.reject(bad_span_ids(trace_id, span.span_id, span.parent_span_id) or "bad ids")
+                    rejected.reject(bad_span_ids(trace_id, span_id, parent_id) or "bad ids")
                     continue
+                encoded = span.SerializeToString()
                 spans = by_trace.get(trace_id)
                 if spans is None:
-                    spans = by_trace[trace_id] = []
-                encoded = span.SerializeToString()
-                spans.append(encoded)
-                if not span.parent_span_id or (
+                    by_trace[trace_id] = [encoded]
+                else:
+                    spans.append(encoded)
+                if not parent_id or (
                     span.flags & _PARENT_IS_REMOTE and any(marker in encoded for marker in WORKFLOW_MARKERS)
                 ):
                     roots[trace_id] = roots.get(trace_id, False) or root_is_failed(span)
@@ -167,14 +175,18 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
         for trace_id, scopes in touched.items():
             per_trace.setdefault(trace_id, []).append((resource_header_full, scopes))
     groups = rejected
+    small = _SMALL_VARINTS
     for trace_id, resources in per_trace.items():
         encoded = []
         for resource_header, scopes in resources:
-            scope_fields = b"".join(
-                field(_TAG_2, scope_header + b"".join([_TAG_2 + varint(len(s)) + s for s in spans]))
-                for scope_header, spans in scopes
-            )
-            encoded.append(field(_TAG_1, resource_header + scope_fields))
+            scope_fields = []
+            for scope_header, spans in scopes:
+                pieces = [scope_header]
+                for span_bytes in spans:  # a span field: tag, length, the span
+                    size = len(span_bytes)
+                    pieces += (_TAG_2, small[size] if size < 16384 else _encode_varint(size), span_bytes)
+                scope_fields.append(field(_TAG_2, b"".join(pieces)))
+            encoded.append(field(_TAG_1, resource_header + b"".join(scope_fields)))
         payload = b"".join(encoded)
         groups.append(
             TraceGroup(
