@@ -59,13 +59,30 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+INJECTED = "Injected"
+_extra: list[Path] = []
+
+
+def labelled_runs(dataset: Path) -> list:
+    """The Who&When runs, plus the labelled runs of fault-injection campaigns given with
+    ``--injected DIR`` (``otel-blame inject --dataset-out DIR``) as a third group, ``Injected``: they
+    are fitted on and scored under the same folds, and count as one group in the objective."""
+    runs = labelled_runs(dataset)
+    for folder in _extra:
+        injected = load_runs(folder, ["Algorithm-Generated"])
+        for run in injected:
+            run.subset = INJECTED
+        runs.extend(injected)
+    return runs
+
+
 def accuracy_rows(
     dataset: Path, seeds: int, folds: int, cv_seed: int
 ) -> tuple[list[str], list[str], CrossValidation, list[BaselineSummary]]:
     files = select_files(dataset, SUBSETS)
     baselines = evaluate_baselines(dataset, files, random_seeds=seeds)
     in_sample = {s.subset: s for s in summarise(evaluate(HeuristicAttribution(), dataset, files))}
-    runs = load_runs(dataset)
+    runs = labelled_runs(dataset)
     cv = cross_validate(runs, k=folds, seed=cv_seed)
     rows, margins = [], []
     for subset in SUBSETS:
@@ -92,13 +109,22 @@ def accuracy_rows(
             f"| {subset} | {_pct(agent - by_agent.agent_accuracy)} (vs {by_agent.name}) | "
             f"{_pct(step - by_step.step_accuracy)} (vs {by_step.name}) |"
         )
+    if _extra:
+        agent, step = cv.accuracy(INJECTED)
+        agent_sd, step_sd = cv.spread(INJECTED)
+        count = sum(1 for run in runs if run.subset == INJECTED)
+        rows.append(
+            f"| **heuristic, {folds}-fold CV** (mean ± sd over folds) | {INJECTED} (fault-injection "
+            f"campaign) | {count} | **{_pct(agent)}** ± {_pct(agent_sd)} | "
+            f"**{_pct(step)}** ± {_pct(step_sd)} |"
+        )
     return rows, margins, cv, baselines
 
 
 def repeat_rows(dataset: Path, folds: int, repeats: int) -> str:
     """The same cross-validation over other random fold splits (seeds 0..repeats-1): how much the
     reported figure depends on one split."""
-    runs = load_runs(dataset)
+    runs = labelled_runs(dataset)
     results = [cross_validate(runs, k=folds, seed=seed) for seed in range(repeats)]
     lines = [
         "| fold seed | " + " | ".join(f"{s} CV agent / step %" for s in SUBSETS) + " |",
@@ -131,7 +157,7 @@ def fold_rows(cv: CrossValidation) -> list[str]:
 
 
 def ablation_rows(dataset: Path, folds: int, cv_seed: int, full: CrossValidation) -> list[str]:
-    runs = load_runs(dataset)
+    runs = labelled_runs(dataset)
     rows = []
     for signal in SIGNAL_NAMES:
         if signal in FIXED:
@@ -278,6 +304,13 @@ def main() -> None:
     parser.add_argument("--cv-seed", type=int, default=0)
     parser.add_argument("--no-ablation", action="store_true")
     parser.add_argument(
+        "--injected",
+        type=Path,
+        action="append",
+        default=[],
+        help="a fault-injection campaign's labelled runs (otel-blame inject --dataset-out DIR), fitted on",
+    )
+    parser.add_argument(
         "--cv-repeats", type=int, default=4, help="repeat the CV with fold seeds 0..N-1 (other splits)"
     )
     parser.add_argument("--llm-limit", type=int, default=None, help="logs per subset for the LLM cost part")
@@ -285,6 +318,7 @@ def main() -> None:
     print(
         f"Measured {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on 2 cores / 24 GiB polyglot.\n"
     )
+    _extra.extend(args.injected)
     rows, margins, cv, _ = accuracy_rows(args.dataset, args.seeds, args.folds, args.cv_seed)
     print("| method | subset | logs | agent % | step % |")
     print("| --- | --- | ---: | ---: | ---: |")

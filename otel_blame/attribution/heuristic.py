@@ -30,9 +30,11 @@ class Weights:
     """How much each signal counts (one field per signal name), one set for every framework.
 
     The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
-    grid, one sweep, from a neutral start: every signal at 0.3) chose on the whole Who&When dev split. The
-    accuracy reported for them is the 5-fold cross-validated accuracy of that same procedure (weights
-    refit on the training folds only), never the in-sample figure. ``early_decision`` is fixed at 1
+    grid, one sweep, from a neutral start: every signal at 0.3) chose on the whole Who&When dev split
+    plus the labelled runs of a fault-injection campaign on the demo app (a third group in the
+    objective, so the weights also fit runs unlike Who&When's). The accuracy reported for them is the
+    5-fold cross-validated accuracy of that same procedure (weights refit on the training folds only),
+    never the in-sample figure. ``early_decision`` is fixed at 1
     (the scale) and ``final_answer`` at 0.3 (the project's planted-fault demo depends on it; a fit on
     Who&When alone sets it to 0); ``agent_support`` is the share of an agent's other suspect steps
     added to its case.
@@ -45,10 +47,10 @@ class Weights:
     hedging: float = 0.3
     final_answer: float = 0.3
     lacking_report: float = 0.0
-    approval: float = 0.45
+    approval: float = 0.3
     stuck: float = 0.3
     contradicted_claim: float = 0.3
-    plan_gap: float = 0.3
+    plan_gap: float = 0.0
     off_task_report: float = 0.45
     premature_acceptance: float = 0.3
     agent_support: float = 0.1
