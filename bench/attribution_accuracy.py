@@ -67,7 +67,7 @@ def labelled_runs(dataset: Path) -> list:
     """The Who&When runs, plus the labelled runs of fault-injection campaigns given with
     ``--injected DIR`` (``otel-blame inject --dataset-out DIR``) as a third group, ``Injected``: they
     are fitted on and scored under the same folds, and count as one group in the objective."""
-    runs = labelled_runs(dataset)
+    runs = load_runs(dataset)
     for folder in _extra:
         injected = load_runs(folder, ["Algorithm-Generated"])
         for run in injected:
