@@ -45,9 +45,11 @@ __all__ = [
     "BlameSeries",
     "BlameCounterSource",
     "CulpritMetrics",
+    "MemoryBlameCounters",
     "OVERFLOW_AGENT",
     "counted_agent",
     "culprit_labels",
+    "merge_series",
     "method_label",
 ]
 
@@ -99,13 +101,24 @@ class BlameSeries:
     fallbacks: int = 0
 
 
+def merge_series(*parts: Sequence[BlameSeries]) -> list[BlameSeries]:
+    """Sum series with the same labels (e.g. the store's counts and the blames it could not keep)."""
+    merged: dict[tuple[str, str, str], list[int]] = {}
+    for part in parts:
+        for series in part:
+            counts = merged.setdefault((series.service, series.agent, series.method), [0, 0])
+            counts[0] += series.blames
+            counts[1] += series.fallbacks
+    return [BlameSeries(*key, *counts) for key, counts in merged.items()]
+
+
 class BlameCounterSource(Protocol):
     """Where the blame counters are kept; read at every scrape."""
 
     def blame_series(self) -> Sequence[BlameSeries]: ...
 
 
-class MemoryBlameCounterSource:
+class MemoryBlameCounters:
     """The blame counters when no blame store keeps them (``store.enabled: false``)."""
 
     def __init__(self, max_agents: int) -> None:
@@ -188,7 +201,7 @@ class CulpritMetrics:
     def __init__(self, max_agents: int = 500, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.max_agents = max_agents
-        self._memory = MemoryBlameCounterSource(max_agents)
+        self._memory = MemoryBlameCounters(max_agents)
         self.source: BlameCounterSource = self._memory
         self._traces = Counter(
             _counter_name(TRACES_TOTAL),

@@ -5,8 +5,9 @@ fault is the ground truth); the processor applies it when ``attribution.calibrat
 set, so ``blame.confidence`` 0.7 means the blamed agent was right about 70 % of the time on that
 app. The fit is isotonic regression (pool adjacent violators: the calibrated value never goes down
 as the raw confidence goes up) with each pooled block's accuracy shrunk toward 1/2 by one success
-and one failure, so a block of three runs cannot claim 0 % or 100 %. Between fitted points the map is
-linear, outside them flat.
+and one failure, so a block of three runs cannot claim 0 % or 100 %. Inside a block's range of raw
+values the map is that block's value (a step function, as isotonic regression is), linear in the gaps
+between blocks, flat outside them.
 """
 
 from __future__ import annotations
@@ -30,11 +31,23 @@ class CalibrationError(ValueError):
 
 
 class CalibrationPoint(BaseModel):
+    """One pooled block of the fit: raw confidences ``low``..``high`` (mean ``raw``) -> ``calibrated``."""
+
     model_config = ConfigDict(extra="forbid")
 
     raw: float = Field(ge=0.0, le=1.0)
     calibrated: float = Field(ge=0.0, le=1.0)
     runs: int = Field(ge=1)
+    low: float | None = Field(default=None, ge=0.0, le=1.0, description="lowest raw value in the block")
+    high: float | None = Field(default=None, ge=0.0, le=1.0, description="highest raw value in the block")
+
+    @property
+    def lower(self) -> float:
+        return self.raw if self.low is None else self.low
+
+    @property
+    def upper(self) -> float:
+        return self.raw if self.high is None else self.high
 
 
 class Calibration(BaseModel):
@@ -53,21 +66,22 @@ class Calibration(BaseModel):
     @model_validator(mode="after")
     def _monotone(self) -> Calibration:
         for before, after in zip(self.points, self.points[1:], strict=False):
-            if after.raw < before.raw or after.calibrated < before.calibrated:
+            if after.lower < before.upper or after.calibrated < before.calibrated:
                 raise ValueError("points must be sorted by raw and calibrated must not decrease")
         return self
 
     def apply(self, confidence: float) -> float:
-        """The calibrated confidence for a raw one (piecewise linear between points, flat outside)."""
+        """The calibrated confidence for a raw one: a block's value inside its raw range, linear
+        between blocks, flat outside them."""
         points = self.points
-        if confidence <= points[0].raw:
+        if confidence <= points[0].upper:
             return points[0].calibrated
         for left, right in zip(points, points[1:], strict=False):
-            if confidence <= right.raw:
-                if right.raw == left.raw:
-                    return right.calibrated
-                share = (confidence - left.raw) / (right.raw - left.raw)
+            if confidence < right.lower:
+                share = (confidence - left.upper) / (right.lower - left.upper)
                 return round(left.calibrated + share * (right.calibrated - left.calibrated), 4)
+            if confidence <= right.upper:
+                return right.calibrated
         return points[-1].calibrated
 
     def save(self, path: Path) -> None:
@@ -102,20 +116,33 @@ def fit(
     ordered = sorted((float(c), bool(ok)) for c, ok in pairs)
     if not ordered:
         raise ValueError("no attributed runs to fit a calibration on")
-    blocks: list[list[float]] = []  # [sum_confidence, correct, runs]
+    # runs with the same raw confidence start as one block: one raw value, one calibrated value
+    same: dict[float, list[float]] = {}
     for confidence, correct in ordered:
-        blocks.append([confidence, float(correct), 1.0])
+        block = same.setdefault(confidence, [0.0, 0.0, 0.0])
+        block[0] += confidence
+        block[1] += float(correct)
+        block[2] += 1.0
+    # [sum_confidence, correct, runs, low, high], pooled while accuracy would fall
+    blocks: list[list[float]] = []
+    for confidence, block in same.items():
+        blocks.append([*block, confidence, confidence])
         while len(blocks) > 1 and blocks[-2][1] / blocks[-2][2] >= blocks[-1][1] / blocks[-1][2]:
             last = blocks.pop()
-            blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
+            pooled = [a + b for a, b in zip(blocks[-1][:3], last[:3], strict=True)]
+            blocks[-1] = [*pooled, blocks[-1][3], last[4]]
     points: list[CalibrationPoint] = []
     floor = 0.0
-    for total_confidence, correct, runs in blocks:
+    for total_confidence, correct, runs, low, high in blocks:
         calibrated = max(floor, (correct + 1) / (runs + 2))
         floor = calibrated
         points.append(
             CalibrationPoint(
-                raw=round(total_confidence / runs, 4), calibrated=round(calibrated, 4), runs=int(runs)
+                raw=round(total_confidence / runs, 4),
+                calibrated=round(calibrated, 4),
+                runs=int(runs),
+                low=round(low, 4),
+                high=round(high, 4),
             )
         )
     return Calibration(

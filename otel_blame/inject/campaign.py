@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,7 +113,8 @@ class Worker:
     def __init__(self, setup: WorkerSetup) -> None:
         context = multiprocessing.get_context("spawn")
         self._connection, child = context.Pipe()
-        self._process = context.Process(target=worker_main, args=(child, setup), daemon=True)
+        # not a daemon: an app may start processes of its own; stop() and kill() end it in every case
+        self._process = context.Process(target=worker_main, args=(child, setup), daemon=False)
         self._process.start()
         child.close()
         if not self._connection.poll(STARTUP_TIMEOUT):
@@ -265,7 +267,7 @@ class RemoteProcessor(VerdictSource):
                 f"--endpoint {settings.endpoint}: expected the processor's HTTP URL, e.g. http://127.0.0.1:4318"
             )
         self._token = settings.token
-        self.method = "as configured in the processor"
+        self.method = ""  # as configured there: named by the verdicts that come back
         try:
             self._get("/healthz")
         except (OSError, ValueError) as error:
@@ -417,6 +419,7 @@ class Campaign:
                     "agent": target.agent,
                     "step": target.step,
                     "seed": fault_seed,
+                    "exact": settings.step is not None,  # --step fixes the step; else the first fit
                 }
             answer = self._run(get, spec)
             planted = answer.get("planted")
@@ -451,7 +454,9 @@ class Campaign:
             if record.fault is not None:
                 record.agent_correct = prediction.agent == record.fault.agent
                 record.step_correct = prediction.step == record.fault.step
-        return CampaignResult(settings, getattr(source, "method", ""), baseline, records, trajectories)
+        methods = Counter(r.prediction.method for r in records if r.prediction is not None)
+        method = getattr(source, "method", "") or (methods.most_common(1)[0][0] if methods else "unknown")
+        return CampaignResult(settings, method, baseline, records, trajectories)
 
     def _report(self, record: RunRecord) -> None:
         if self.progress is not None:

@@ -88,7 +88,13 @@ def render_terminal(report: object, console: object) -> None:
     show_default=True,
     help="The app: an importable module:function that runs one task, or 'demo' (the built-in AG2 app).",
 )
-@click.option("--runs", type=click.IntRange(min=0), default=20, show_default=True, help="Runs with a fault.")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Runs, each with one fault (unless drawn clean by --clean-fraction); a clean run comes first.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Same seed, same campaign.")
 @click.option(
     "--fault",
@@ -114,7 +120,7 @@ def render_terminal(report: object, console: object) -> None:
     type=click.FloatRange(0.0, 0.95),
     default=0.0,
     show_default=True,
-    help="Share of extra runs made without a fault (passing runs the processor also sees).",
+    help="Share of the runs made without a fault (passing runs the processor sees too).",
 )
 @click.option(
     "--method", default=None, help="attribution.method of the in-process processor (default: its own)."
@@ -147,6 +153,13 @@ def render_terminal(report: object, console: object) -> None:
     help="Write a calibration file (for attribution.calibration) fitted on this campaign.",
 )
 @click.option(
+    "--calibration-target",
+    type=click.Choice(["agent", "step"]),
+    default="agent",
+    show_default=True,
+    help="What counts as right for the calibration: the blamed agent, or agent and step.",
+)
+@click.option(
     "--app-log",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -170,10 +183,13 @@ def inject_command(
     html_path: Path | None,
     dataset_out: Path | None,
     calibration_out: Path | None,
+    calibration_target: str,
     app_log: Path | None,
     as_json: bool,
 ) -> None:
     """Run an instrumented app N times, plant one fault per run, and score the blame it gets."""
+    import logging
+
     from rich.console import Console
 
     from otel_blame.inject.campaign import Campaign, CampaignError, CampaignSettings
@@ -200,6 +216,8 @@ def inject_command(
         log_path=app_log,
     )
     err = Console(stderr=True)
+    if logging.getLogger().getEffectiveLevel() >= logging.WARNING:  # no -v: the report says what matters
+        logging.getLogger("otel_blame.processor").setLevel(logging.ERROR)
 
     def progress(record: RunRecord) -> None:
         if not as_json and sys.stderr.isatty():
@@ -232,7 +250,7 @@ def inject_command(
         from otel_blame.attribution.calibration import fit_calibration
 
         try:
-            calibration = fit_calibration(report)
+            calibration = fit_calibration(report, target=calibration_target)  # type: ignore[arg-type]
         except ValueError as error:
             err.print(f"[yellow]no calibration file written:[/yellow] {error}")
         else:

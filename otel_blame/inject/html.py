@@ -60,6 +60,7 @@ def reliability_diagram(bins: Sequence[CalibrationBin]) -> Markup:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 2 * pad}" height="{size + 2 * pad}" '
         'role="img" aria-label="reliability diagram">',
+        '<text x="4" y="16" font-size="13" font-weight="bold">reliability per confidence bin</text>',
         f'<rect x="{pad}" y="{pad}" width="{size}" height="{size}" fill="none" stroke="#999"/>',
         f'<line x1="{pad}" y1="{pad + size}" x2="{pad + size}" y2="{pad}" stroke="#bbb" '
         'stroke-dasharray="4 3"/>',

@@ -23,6 +23,7 @@ class FaultPlan:
     agent: str
     step: int
     seed: int
+    exact: bool = False  # only at ``step`` (the user fixed it); else the first fitting message from it on
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Injector:
         if plan is None or self.planted is not None or outgoing.step is None:
             return None
         if outgoing.agent != plan.agent or outgoing.step < plan.step:
+            return None
+        if plan.exact and outgoing.step != plan.step:
             return None
         if not applies(plan.kind, outgoing.text, outgoing.kind):
             return None

@@ -139,9 +139,10 @@ def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans:
     from otel_blame.instrumentation._interception import intercept_messages
 
     fault = spec.get("fault")
-    plan = (
-        FaultPlan(FaultKind(fault["kind"]), fault["agent"], fault["step"], fault["seed"]) if fault else None
-    )
+    plan = None
+    if fault:
+        kind = FaultKind(fault["kind"])
+        plan = FaultPlan(kind, fault["agent"], fault["step"], fault["seed"], bool(fault.get("exact")))
     injector = Injector(plan)
     error: str | None = None
     with intercept_messages(injector):

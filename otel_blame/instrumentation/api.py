@@ -41,6 +41,8 @@ from otel_blame.instrumentation._scope import (
 )
 from otel_blame.instrumentation._settings import current_settings, tracer
 
+_UNSET = object()
+
 __all__ = ["AgentTurn", "agent_turn", "current_task", "record_message", "set_outcome", "task"]
 
 
@@ -245,6 +247,8 @@ class AgentTurn:
         "_token",
         "_agent_id",
         "_name",
+        "_tool",
+        "_initial",
     )
 
     def __init__(
@@ -266,6 +270,7 @@ class AgentTurn:
         self._token: Any = None
         self._agent_id = agent_id
         self._name = semconv.agent_span_name(self.agent)
+        self._tool: tuple[Any, Any] | None = None
         initial: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
             semconv.GEN_AI_AGENT_NAME: self.agent,
@@ -282,6 +287,7 @@ class AgentTurn:
                 if isinstance(value, str) and redactor is not None:
                     value = redactor(value)  # extra attributes are content too: no secret leaves
                 initial.setdefault(key, value)
+        self._initial = initial
         try:
             self.span: Span = tracer().start_span(
                 self._name,
@@ -394,18 +400,44 @@ class AgentTurn:
         span = self.span
         if span_name != self._name:
             span.update_name(span_name)  # a tool result (the turn was the tool's run), or a named speaker
-        span.set_attributes(attributes)
+        initial = self._initial
+        # only what the span does not carry yet: each attribute set costs the SDK a lock and a check
+        span.set_attributes({k: v for k, v in attributes.items() if initial.get(k, _UNSET) != v})
         if is_error:
             span.set_status(Status(StatusCode.ERROR))
         return index
 
+    def as_tool(self, tool_name: Any, tool_call_id: Any = None) -> AgentTurn:
+        """This turn is one tool execution: the span is named ``execute_tool {tool}`` from now on and a
+        failure (:meth:`fail`) makes it a ``tool`` step of that tool. Returns the turn."""
+        self._tool = (tool_name, tool_call_id)
+        self._name = semconv.tool_span_name(agent_name(tool_name))
+        try:
+            self.span.update_name(self._name)
+        except Exception:
+            HOOK_ERRORS.record("agent_turn.as_tool")
+        return self
+
     @guarded("agent_turn.fail")
     def fail(self, error: BaseException) -> None:
-        """The turn raised: the exception and an error status go on its span. A turn without an answer
-        stays without a step (the task records the failure, as it did before envelopes)."""
-        self.span.record_exception(error)
+        """The turn raised. The one rule for every framework: the exception goes on the span (an
+        ``exception`` event, ``error.type``, status ERROR) and, when the turn has no answer yet and
+        the error is an ``Exception``, the turn is answered with ``{Type}: {message}`` as an error
+        step of its agent (a ``tool`` step for :meth:`as_tool` turns), so attribution sees the step
+        that failed even when a run fails before any message. Cancellation, ``GeneratorExit``,
+        ``KeyboardInterrupt`` and ``SystemExit`` are not failures of the agent: no step for them."""
+        if isinstance(error, GeneratorExit):
+            return  # the consumer stopped early: nothing failed
+        text = f"{type(error).__name__}: {error}"
+        if not self.answered and not self._closed and isinstance(error, Exception):
+            if self._tool is not None:
+                tool_name, tool_call_id = self._tool
+                self._answer(text, "tool", StepKind.TOOL, tool_name, None, tool_call_id, True, None)
+            else:
+                self._answer(text, "assistant", StepKind.MESSAGE, None, None, None, True, None)
+        self.span.record_exception(error, escaped=True)
         self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:1024]))
+        self.span.set_status(Status(StatusCode.ERROR, text[:1024]))
 
     def close(self, end_time_ns: int | None = None) -> None:
         """End the turn's span (idempotent)."""

@@ -18,6 +18,7 @@ web UI) plugs in.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from otel_blame import semconv as sc
 from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
+from otel_blame.attribution.cross_run import combine
 from otel_blame.attribution.result import Attribution
 from otel_blame.attribution.systemic import describe_failure
 from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
@@ -41,6 +43,7 @@ from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner, redact_trajectory
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
+from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
 from otel_blame.processor.detector import FailureDetector
 from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
 from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
@@ -117,8 +120,10 @@ class TraceAnalyser:
         runner: AttributionRunner,
         redactor: Redactor,
         notifier: WebhookNotifier | None,
+        cross_run: CrossRunStatistics | None = None,
     ) -> None:
         self._config = config
+        self._cross_run = cross_run
         self._wal = wal
         self._exporter = exporter
         self._retained = retained
@@ -158,6 +163,74 @@ class TraceAnalyser:
         except RuntimeError:  # shutting down
             self._done()
             forward_unchanged(self._exporter, trace)
+
+    def observe(self, trace: BufferedTrace) -> None:
+        """Count a successful trace (already forwarded) in the cross-run statistics, on the pool; skipped
+        (and counted) when the pool is saturated, so successes never hold back failures."""
+        if self._cross_run is None or not self._config.cross_run.observe_successes:
+            return
+        with self._pending_lock:
+            if self._pending >= self._config.assembly.max_traces:
+                self._counters.add("cross_run_skipped_traces")
+                return
+            self._pending += 1
+        try:
+            self._pool.submit(self._observe_success, trace)
+        except RuntimeError:  # shutting down
+            self._done()
+
+    def _observe_success(self, trace: BufferedTrace) -> None:
+        try:
+            request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
+            built = build_trajectory(list(request.resource_spans))
+            resource = _resource_of(request, built.trajectory.root_span_id)
+            self._observe(_service(resource) or built.notes.service, built.trajectory, failed=False)
+        except ValueError:
+            pass  # no agent steps: nothing to count
+        except Exception:
+            log.exception("counting trace %s in the cross-run statistics failed", trace.trace_id.hex())
+        finally:
+            self._done()
+
+    def _observe(
+        self, service: str, trajectory: Trajectory, *, failed: bool, blamed_step: int | None = None
+    ) -> None:
+        if self._cross_run is None:
+            return
+        key = workflow_key(service, trajectory, self._config.cross_run.workflow_key)
+        try:
+            if self._cross_run.observe(key, trajectory, failed=failed, blamed_step=blamed_step):
+                self._counters.add("cross_run_observed_runs")
+            else:
+                self._counters.add("cross_run_skipped_traces")
+        except sqlite3.Error as error:
+            self._counters.add("cross_run_errors")
+            log.warning("cross-run statistics: could not count trace %s: %s", trajectory.trace_id, error)
+
+    def _with_cross_run(self, service: str, trajectory: Trajectory, attribution: Attribution) -> Attribution:
+        """The attribution combined with its workflow's cross-run evidence (unchanged without any)."""
+        if self._cross_run is None:
+            return attribution
+        settings = self._config.cross_run
+        try:
+            evidence = self._cross_run.evidence(
+                workflow_key(service, trajectory, settings.workflow_key), trajectory
+            )
+        except sqlite3.Error as error:
+            self._counters.add("cross_run_errors")
+            log.warning("cross-run statistics: could not read evidence: %s", error)
+            return attribution
+        combined = combine(
+            trajectory,
+            attribution,
+            evidence,
+            weight=settings.weight,
+            prior_runs=settings.prior_runs,
+            min_failing_runs=settings.min_failing_runs,
+        )
+        if combined.step != attribution.step:
+            self._counters.add("cross_run_changed_verdicts")
+        return combined
 
     def submit_late_root(self, trace_id: bytes) -> None:
         """The failed root of a trace released without it: blame it as a late verdict would."""
@@ -258,9 +331,13 @@ class TraceAnalyser:
         if not failed:
             root = _find_span(request, trajectory.root_span_id)
             failed = root is not None and self._detector.is_failed(root)
+        resource = _resource_of(request, trajectory.root_span_id)
+        service = _service(resource) or built.notes.service
         if not failed:
             self._finish_unchanged(trace)
             self._metrics.record_trace(trajectory.outcome.value, False)
+            if self._config.cross_run.observe_successes:
+                self._observe(service, trajectory, failed=False)
             return AnalysisResult("not_failed")
         trajectory = _as_failed(trajectory, verdict.expected_output if verdict else trace.expected_output)
         outcome = self._runner.attribute(trajectory, submitted_at=submitted_at)
@@ -274,8 +351,8 @@ class TraceAnalyser:
             self._metrics.record_trace(Outcome.FAILURE, False)
             self._finish_unchanged(trace)
             return AnalysisResult("unattributed", problem=outcome.problem)
+        attribution = self._with_cross_run(service, trajectory, attribution)
         attribution = describe_failure(trajectory, attribution)  # LLM methods leave the category open
-        resource = _resource_of(request, trajectory.root_span_id)
         blame_span_id = None
         if verdict is None:
             evaluation = self._enricher.enrich(request.resource_spans, trajectory, attribution)
@@ -292,6 +369,7 @@ class TraceAnalyser:
         if evaluation is not None and self._config.enrichment.evaluation_log_records:
             self._send_evaluation_log(evaluation, resource, trace_hex)
         self._record_blame(trajectory, attribution, _service(resource), trace_hex, late=verdict is not None)
+        self._observe(service, trajectory, failed=True, blamed_step=attribution.step)
         return AnalysisResult("attributed", attribution, blame_span_id)
 
     def _send_evaluation_log(

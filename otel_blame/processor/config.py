@@ -173,6 +173,28 @@ class AttributionConfig(_Section):
     )
 
 
+class CrossRunConfig(_Section):
+    """Cross-run (spectrum) evidence: per-workflow counts of passing and failing runs, combined with
+    each failed trace's own step scores (docs/methods.md#cross-run-evidence)."""
+
+    enabled: bool = Field(default=True, description="keep the counts and use them in attribution")
+    path: Path | None = Field(default=None, description="SQLite file; null = cross_run.sqlite in wal.dir")
+    max_workflows: int = Field(default=10_000, ge=1, description="least recently seen evicted first")
+    max_agents_per_workflow: int = Field(default=50, ge=1, description="least recently seen evicted first")
+    max_components_per_agent: int = Field(default=64, ge=1, description="tools and kinds of step per agent")
+    workflow_key: Literal["service", "service_and_task"] = Field(
+        default="service_and_task", description="which runs count as the same workflow"
+    )
+    weight: float = Field(
+        default=0.5, ge=0, le=10, description="how much the evidence counts; 0 = only record"
+    )
+    prior_runs: int = Field(
+        default=10, ge=0, description="the evidence counts F/(F+prior_runs) of its weight"
+    )
+    min_failing_runs: int = Field(default=5, ge=1, description="failing runs seen before it is used")
+    observe_successes: bool = Field(default=True, description="build and count successful traces too")
+
+
 class VerdictsConfig(_Section):
     retention: float = Field(default=3600.0, ge=0, description="seconds a completed trace stays available")
     max_traces: int = Field(default=10_000, ge=0)
@@ -222,6 +244,7 @@ class ProcessorConfig(_Section):
     detection: DetectionConfig = Field(default_factory=DetectionConfig)
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
+    cross_run: CrossRunConfig = Field(default_factory=CrossRunConfig)
     enrichment: EnrichmentConfig = Field(default_factory=EnrichmentConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)

@@ -33,6 +33,10 @@ NAMES = (
     "replayed_rows",
     "alerts",
     "evaluation_logs_dropped",  # gen_ai.evaluation.result log records the log could not store
+    "cross_run_observed_runs",  # runs counted in the cross-run statistics (failed and successful)
+    "cross_run_changed_verdicts",  # attributions whose step the cross-run evidence changed
+    "cross_run_skipped_traces",  # runs not counted: analysis pool saturated, or the disk nearly full
+    "cross_run_errors",  # the statistics' database could not be read or written
 )
 GAUGE_PREFIXES = ("assembly_buffered", "wal_", "retained_", "export_pending")
 

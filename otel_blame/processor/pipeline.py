@@ -18,6 +18,7 @@ finished attribution, see :mod:`otel_blame.processor.analyser`).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,8 +37,10 @@ from otel_blame.processor.analyser import (
 )
 from otel_blame.processor.assembler import AssemblyStage, BufferedTrace, TraceAssembler
 from otel_blame.processor.attributor import AttributionRunner
-from otel_blame.processor.config import ProcessorConfig
+from otel_blame.processor.config import ConfigError, ProcessorConfig
 from otel_blame.processor.counters import Counters, ProcessorCollector
+from otel_blame.processor.cross_run import FILE_NAME as CROSS_RUN_FILE
+from otel_blame.processor.cross_run import CrossRunStatistics
 from otel_blame.processor.detector import FailureDetector
 from otel_blame.processor.enricher import BlameEnricher
 from otel_blame.processor.errors import Accepted, NotAccepting, VerdictNotFound
@@ -86,6 +89,7 @@ class BlameProcessor:
         self._wal: WriteAheadLog | None = None
         self._exporter: OTLPExporter | None = None
         self._notifier: WebhookNotifier | None = None
+        self._cross_run: CrossRunStatistics | None = None
         self._stage: AssemblyStage | None = None
         self._ingest: Ingest | None = None
         self.analyser: TraceAnalyser | None = None
@@ -113,6 +117,16 @@ class BlameProcessor:
             raise
         if config.alerting.webhook is not None:
             self._notifier = WebhookNotifier(config.alerting.webhook)
+        if config.cross_run.enabled:
+            try:
+                self._cross_run = CrossRunStatistics(
+                    config.cross_run,
+                    config.cross_run.path or config.wal.dir / CROSS_RUN_FILE,
+                    min_free_bytes=config.wal.reserve_bytes,
+                )
+            except (OSError, sqlite3.Error) as error:
+                self._teardown()
+                raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
         analyser = self.analyser = TraceAnalyser(
             config,
             wal=wal,
@@ -124,6 +138,7 @@ class BlameProcessor:
             runner=self._runner,
             redactor=self._redactor,
             notifier=self._notifier,
+            cross_run=self._cross_run,
         )
         for listener in listeners:
             analyser.add_listener(listener)
@@ -201,6 +216,9 @@ class BlameProcessor:
             self._notifier.close(timeout=2)
         if self._wal is not None:
             self._wal.close()
+        if self._cross_run is not None:
+            self._cross_run.close()
+            self._cross_run = None
         if self._blame_ui is not None:
             self._blame_ui.close()
             self._blame_ui = None
@@ -255,6 +273,7 @@ class BlameProcessor:
             forward_unchanged(self._exporter, trace)
             self._retained.keep(trace.trace_id, time.monotonic(), trace.span_payloads, trace.log_payloads)
             self.metrics.record_trace("success", False)
+            self.analyser.observe(trace)  # counted in the cross-run statistics, when they are kept
             return
         self.analyser.submit(trace)
 

@@ -14,11 +14,12 @@ and a verdict for an already attributed trace is answered from the stored record
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from otel_blame.alerting.metrics import BlameSeries
+from otel_blame.alerting.metrics import BlameSeries, MemoryBlameCounters, culprit_labels, merge_series
 from otel_blame.attribution.result import Attribution
 from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
@@ -42,11 +43,17 @@ class FinishedAttributionLike(Protocol):
 
 class StoreWriter:
     """An attribution listener: keeps each finished attribution in the blame store and counts it on
-    the replica's culprit counters, in one transaction."""
+    the replica's culprit counters, in one transaction.
+
+    A blame the store cannot keep (the shared database is down, the disk is full) is still counted:
+    in :attr:`unstored`, which the metrics add to the store's counts, so an outage of the store does
+    not silence the repeated-culprit alert. It is logged; the UI does not show it."""
 
     def __init__(self, store: BlameStore, count_as: CountAs) -> None:
         self.store = store
         self.count_as = count_as
+        self.unstored = MemoryBlameCounters(count_as.max_agents)
+        self._warned_at = 0.0
 
     def __call__(self, finished: FinishedAttributionLike) -> None:
         run = build_run(
@@ -56,7 +63,18 @@ class StoreWriter:
             service=finished.service,
             attributed_at=finished.finished_at_unix,
         )
-        self.store.add(run, count_as=self.count_as)
+        try:
+            self.store.add(run, count_as=self.count_as)
+        except Exception as error:
+            self.unstored.add(culprit_labels(run.service, run.agent, run.method))
+            if time.monotonic() - self._warned_at > 60:
+                self._warned_at = time.monotonic()
+                log.warning(
+                    "blame store: cannot keep the blame of trace %s (%s: %s); counted in memory only",
+                    run.trace_id,
+                    type(error).__name__,
+                    error,
+                )
 
 
 class ProcessorUI:
@@ -69,13 +87,24 @@ class ProcessorUI:
         self.writer = StoreWriter(store, count_as)
         self.ui = BlameUI(store, settings)
         self._on_close: list[Callable[[], None]] = []
+        self._stored: list[BlameSeries] = []
+        self._warned_at = 0.0
 
     def routes(self) -> list[Any]:
         return self.ui.routes()
 
     def blame_series(self) -> list[BlameSeries]:
-        """This replica's culprit counters, read from the store at every scrape."""
-        return self.store.blame_counters(self.count_as.replica)
+        """This replica's culprit counters, read from the store at every scrape, plus the blames the
+        store could not keep. A store that cannot be read gives its last counts (never fewer)."""
+        try:
+            self._stored = self.store.blame_counters(self.count_as.replica)
+        except Exception as error:
+            if time.monotonic() - self._warned_at > 60:
+                self._warned_at = time.monotonic()
+                log.warning(
+                    "culprit counters: cannot read the blame store (%s); serving the last counts", error
+                )
+        return merge_series(self._stored, self.writer.unstored.blame_series())
 
     def stored_blame(self, trace_id: str) -> StoredRun | None:
         """The stored blame of a trace (attributed by any replica sharing the store), or None; a store

@@ -101,3 +101,21 @@ def test_the_processor_writes_the_calibrated_confidence(tmp_path):
     predictions = [r["prediction"] for r in report["results"] if r["prediction"]]
     assert predictions, report["statuses"]
     assert {p["confidence"] for p in predictions} == {0.777}
+
+
+def test_runs_with_the_same_confidence_get_one_calibrated_value():
+    pairs = [(0.14, False), (0.14, True), (0.14, False), (0.14, True), (0.3, False), (0.9, True)]
+    calibration = fit(pairs, method="heuristic", target="agent")
+    first = calibration.points[0]
+    assert first.runs >= 4  # the four runs at 0.14 are never split by their outcome
+    assert calibration.apply(0.14) == pytest.approx(first.calibrated)
+    assert 0.3 < calibration.apply(0.14) < 0.6
+
+
+def test_inside_a_pooled_block_the_map_is_flat():
+    pairs = [(0.15, True), (0.3, False), (0.4, False), (0.42, False), (0.9, True), (0.9, True)]
+    calibration = fit(pairs, method="heuristic", target="agent")
+    block = calibration.points[0]
+    assert (block.low, block.high, block.runs) == (0.15, 0.42, 4)
+    assert calibration.apply(0.15) == calibration.apply(0.3) == calibration.apply(0.42) == block.calibrated
+    assert block.calibrated < calibration.apply(0.6) < calibration.points[-1].calibrated

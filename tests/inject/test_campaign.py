@@ -146,3 +146,22 @@ def test_the_calibration_file_is_fitted_on_the_campaign(campaign):
     assert calibration.runs == report["scored"]
     values = [p.calibrated for p in calibration.points]
     assert values == sorted(values)
+
+
+def test_a_chosen_agent_step_and_fault_kind_are_where_the_fault_goes(monkeypatch):
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", OTHER_FRAMEWORKS)
+    args = ["inject", "--json", "--runs", "2", "--agent", "planner", "--step", "1", "--fault", "number"]
+    result = CliRunner().invoke(main, args)
+    report = json.loads(result.stdout)
+    faults = [(r["fault"]["kind"], r["fault"]["agent"], r["fault"]["step"]) for r in report["results"]]
+    assert faults == [("number", "planner", 1)] * 2
+    assert report["baseline"]["eligible"] == {"number": 1}
+
+
+def test_an_agent_that_never_speaks_leaves_nothing_to_plant(monkeypatch):
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", OTHER_FRAMEWORKS)
+    result = CliRunner().invoke(main, ["inject", "--json", "--runs", "2", "--agent", "nobody"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["statuses"] == {"no_target": 2}
+    assert any("no message of the clean run can take the chosen faults" in p for p in report["problems"])

@@ -10,6 +10,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
 from otel_blame.instrument import task
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -135,7 +136,9 @@ def test_failing_tool_is_an_error_step_and_a_failing_model_fails_the_task(instru
     root = spans.root()
     assert root.status.status_code is StatusCode.ERROR
     assert root.attributes[semconv.ERROR_TYPE] == type(caught.value).__qualname__
-    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user"]
+    # the turn whose model call raised is the error step of its agent
+    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user", "fragile"]
+    assert_failed_turn_is_error_step(spans, "fragile", type(caught.value).__qualname__)
 
 
 def test_uninstrument_restores_the_originals(spans):

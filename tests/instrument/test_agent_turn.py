@@ -20,6 +20,7 @@ from otel_blame.instrument import (
     task,
 )
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 
 
 def _text(span) -> str:
@@ -106,16 +107,43 @@ def test_a_second_answer_is_a_step_of_its_own_inside_the_turn(spans):
     assert second.parent.span_id == first.context.span_id
 
 
-def test_an_exception_in_a_turn_marks_its_span_and_passes_through(spans):
+def test_an_exception_in_a_turn_is_an_error_step_and_passes_through(spans):
     with pytest.raises(KeyError):
         with task("t"):
             with agent_turn("coder"):
                 raise KeyError("boom")
-    turn = next(s for s in spans.all() if s.name == "invoke_agent coder")
-    assert turn.status.status_code is StatusCode.ERROR
-    assert turn.attributes[semconv.ERROR_TYPE] == "KeyError"
-    assert spans.steps() == []
+    turn = assert_failed_turn_is_error_step(spans, "coder", "KeyError")
+    assert turn.name == "invoke_agent coder"
     assert spans.root().attributes[semconv.TASK_OUTCOME] == "failure"
+
+
+def test_a_failed_tool_turn_is_a_tool_error_step_and_cancellation_is_no_step(spans):
+    with pytest.raises(ValueError):
+        with task("t"):
+            with agent_turn("coder").as_tool("search", "call_9"):
+                raise ValueError("index offline")
+    tool = assert_failed_turn_is_error_step(spans, "coder", "ValueError", kind="tool")
+    assert tool.name == "execute_tool search"
+    assert tool.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_9"
+
+    spans.exporter.clear()
+    with pytest.raises(asyncio.CancelledError):
+        with task("t"):
+            with agent_turn("coder"):
+                raise asyncio.CancelledError()
+    turn = next(s for s in spans.all() if s.name == "invoke_agent coder")
+    assert turn.status.status_code is StatusCode.ERROR  # recorded, but not a failure of the agent
+    assert spans.steps() == []
+
+    spans.exporter.clear()
+    with task("t"):
+        with agent_turn("coder") as answered:
+            answered.answer("done")
+            answered.fail(RuntimeError("after the answer"))  # the answered step itself fails
+    (step,) = spans.steps()
+    assert (
+        step.status.status_code is StatusCode.ERROR and step.attributes[semconv.ERROR_TYPE] == "RuntimeError"
+    )
 
 
 def test_async_turns_keep_their_own_children(spans):

@@ -13,6 +13,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, set_outcome, task
 from otel_blame.spans_to_trajectory import trajectory_from_spans
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import RecordingOTLPSink, ScriptedLLM
 
 from .autogen_fixtures import QUESTION, SCRIPT, build_group_chat, llm_config
@@ -209,7 +210,9 @@ def test_an_agent_that_raises_fails_the_task_and_the_error_passes_through(instru
     assert root.status.status_code is StatusCode.ERROR
     assert root.attributes[semconv.TASK_OUTCOME] == "failure"
     assert any(e.attributes[semconv.EXCEPTION_MESSAGE] == "tool backend down" for e in root.events)
-    assert [_text(s) for s in spans.steps()] == ["start", "first reply"]
+    # bob's turn raised: the error step of bob, after the two messages
+    assert [_text(s) for s in spans.steps()] == ["start", "first reply", "RuntimeError: tool backend down"]
+    assert_failed_turn_is_error_step(spans, "bob", "RuntimeError")
 
 
 def test_hook_failures_never_break_the_chat(instrumented, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, task
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry: never sent
@@ -195,6 +196,7 @@ def test_a_failing_tool_is_an_error_step(instrumented, calls):
     assert all(s.attributes[semconv.ERROR_TYPE] == "ValueError" for s in tools)
     trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
     assert [s.is_error for s in trajectory.steps if s.kind.value == "tool"] == [True] * len(tools)
+    assert_failed_turn_is_error_step(spans, "researcher", "ValueError", kind="tool")
 
 
 def test_delegation_is_a_tool_step_with_the_coworkers_turn_inside(instrumented, calls):
@@ -257,6 +259,7 @@ def test_a_failed_crew_run_raises_unchanged_and_has_a_trajectory(spans, calls):
     assert trajectory.outcome.value == "failure"
     assert [(s.agent, s.is_error) for s in trajectory.steps] == [("researcher", True)]
     assert trajectory.steps[0].content.startswith(type(hooked).__name__)
+    assert_failed_turn_is_error_step(spans, "researcher", type(hooked).__qualname__)
     # CrewAI retries a failed task (execute_task calls itself): the retries stay inside one turn
     assert len([s for s in spans.all() if s.name == "invoke_agent researcher"]) == 1
 

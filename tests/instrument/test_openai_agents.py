@@ -13,6 +13,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrument import hook_error_count, task
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
 agents = pytest.importorskip("agents")
@@ -226,7 +227,13 @@ def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(span
     assert root.name == "invoke_workflow primality"
     assert semconv.TASK_FINAL_OUTPUT not in root.attributes  # the app's task: the app sets its outcome
     assert len(spans.all()) == 8
-    _assert_turns(spans.steps(), root, nested={2: 1})  # the analyst was asked inside the planner's turn
+    # the analyst was asked inside the planner's tool call: its turn nests in the execute_tool envelope,
+    # which nests in the planner's turn and lasts from the tool's start to its return
+    _assert_turns(spans.steps(), root, nested={2: 3})
+    planner_turn, analyst_turn, ask_analyst = spans.steps()[1:4]
+    assert ask_analyst.name == "execute_tool ask_analyst"
+    assert ask_analyst.parent.span_id == planner_turn.context.span_id
+    assert ask_analyst.start_time <= analyst_turn.start_time and analyst_turn.end_time <= ask_analyst.end_time
 
 
 def test_a_streamed_run_has_its_own_root_that_ends_with_the_stream(instrumented):
@@ -303,6 +310,64 @@ def test_a_failing_tool_is_an_error_step(instrumented):
     assert [s.is_error for s in trajectory.steps] == [False, False, True, False]
 
 
+def test_a_tool_call_is_an_envelope_from_the_tools_start_to_its_return(instrumented):
+    """Each function tool call is an ``execute_tool`` span under the agent's turn, current while the
+    tool runs (what the tool does nests under it) and as long as the tool took."""
+    spans = instrumented
+    inside = spans.provider.get_tracer("inside-the-tool")
+
+    @agents.function_tool
+    async def slow_lookup(city: str) -> str:
+        """Look up today's weather for a city, slowly."""
+        with inside.start_as_current_span("database query"):
+            await asyncio.sleep(0.05)
+        return f"{city}: sunny, 21 C"
+
+    @agents.function_tool(failure_error_function=None)
+    def strict_lookup(city: str) -> str:
+        """Look up, and let a failure end the run."""
+        raise ConnectionError("census offline")
+
+    script = [
+        Reply(tool_calls=[{"id": "call_s", "name": "slow_lookup", "arguments": {"city": "Paris"}}]),
+        "Paris is sunny.",
+    ]
+    with ScriptedLLM(script) as llm:
+        agent = agents.Agent(name="searcher", instructions="Search.", model=_model(llm), tools=[slow_lookup])
+        assert agents.Runner.run_sync(agent, "weather?").final_output == "Paris is sunny."
+    steps = spans.steps()
+    assert [(s.name, s.attributes[semconv.STEP_KIND]) for s in steps] == [
+        ("invoke_agent user", "message"),
+        ("invoke_agent searcher", "message"),
+        ("execute_tool slow_lookup", "tool"),
+        ("invoke_agent searcher", "message"),
+    ]
+    turn, tool = steps[1], steps[2]
+    query = next(s for s in spans.all() if s.name == "database query")
+    assert tool.parent.span_id == turn.context.span_id
+    assert query.parent.span_id == tool.context.span_id  # the tool's own work nests in its envelope
+    assert turn.start_time <= tool.start_time <= query.start_time
+    assert query.end_time <= tool.end_time <= turn.end_time
+    assert tool.end_time - tool.start_time >= 50_000_000  # the tool's duration, not a point
+    assert tool.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_s"
+    assert "Paris: sunny, 21 C" in tool.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
+    assert len([s for s in spans.all() if s.name.startswith("execute_tool")]) == 1  # no second span
+
+    spans.exporter.clear()
+    script = [Reply(tool_calls=[{"id": "call_x", "name": "strict_lookup", "arguments": {"city": "Paris"}}])]
+    with ScriptedLLM(script) as llm:
+        agent = agents.Agent(
+            name="searcher", instructions="Search.", model=_model(llm), tools=[strict_lookup]
+        )
+        with pytest.raises(Exception, match="census offline"):
+            agents.Runner.run_sync(agent, "weather?")
+    # the tool that raised (the SDK re-raises it as a UserError) is the tool error step of its agent
+    failed = assert_failed_turn_is_error_step(spans, "searcher", "UserError", kind="tool")
+    assert "census offline" in failed.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
+    assert failed.name == "execute_tool strict_lookup"
+    assert failed.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_x"
+
+
 def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
     spans = instrumented
     with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:
@@ -313,7 +378,9 @@ def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
     assert root.status.status_code is StatusCode.ERROR
     assert root.attributes[semconv.TASK_OUTCOME] == "failure"
     assert root.attributes[semconv.ERROR_TYPE] == type(caught.value).__qualname__
-    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user"]
+    # the turn whose model call raised is the error step of its agent
+    assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user", "fragile"]
+    assert_failed_turn_is_error_step(spans, "fragile", type(caught.value).__qualname__)
 
     spans.exporter.clear()
     error = LookupError("the app's own hook failed")
@@ -341,6 +408,7 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
 
     formatter = "maybe_invoke_function_tool_failure_error_function"
     patched = [(AgentRunner.__dict__, "run"), (AgentRunner.__dict__, "run_streamed")]
+    patched += [(vars(tool_execution._FunctionToolBatchExecutor), "_run_single_tool")]
     patched += [(vars(tool), formatter), (vars(tool_execution), formatter)]
     originals = [owner[name] for owner, name in patched]
     instrumentor = OtelBlameInstrumentor()

@@ -4,6 +4,7 @@ hostile agent content stays text, and no request leaves loopback. Saves the docs
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,15 @@ from otel_blame.store.records import StoredRun
 from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.settings import UISettings
 from tests.store.runs import attributed_runs, hostile_run, who_and_when_files
-from tests.ui.browser import chromium, off_loopback, requested_urls, screenshot, serving
+from tests.ui.browser import (
+    DOCS_IMAGES,
+    SCREENSHOTS,
+    chromium,
+    off_loopback,
+    requested_urls,
+    screenshot,
+    serving,
+)
 
 HOSTILE_TRACE = "0badc0de" * 4
 JAEGER = "http://127.0.0.1:16686/trace/{trace_id}"
@@ -221,3 +230,13 @@ def test_no_request_left_loopback(browser, site: str, all_requests: list[str]) -
     all_requests.extend(requested_urls(browser))
     assert any(url.startswith(site) for url in all_requests), "the performance log recorded nothing"
     assert off_loopback(all_requests) == []
+
+
+def test_a_normal_run_leaves_the_committed_screenshots_alone() -> None:
+    """The screenshots go to docs/images only with OTEL_BLAME_UI_SCREENSHOTS=1 (a test run must not
+    dirty the work tree); otherwise to a temporary directory."""
+    asked = os.environ.get("OTEL_BLAME_UI_SCREENSHOTS", "").lower() in ("1", "true", "yes")
+    target = SCREENSHOTS.resolve()
+    docs = DOCS_IMAGES.resolve()
+    assert (target == docs) == asked
+    assert asked or not target.is_relative_to(docs.parents[1])  # not anywhere in the repository

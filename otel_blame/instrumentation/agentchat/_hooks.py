@@ -222,11 +222,10 @@ async def _turn_stream(turn_: _Turn, stream: Any) -> AsyncIterator[Any]:
                 answered = True
             yield item
     except BaseException as error:
-        if not answered and not isinstance(error, GeneratorExit):
+        if not answered:
             # the turn's error is what it produced: an error step of its agent, so a run that
-            # fails before any answer still has the step that failed
+            # fails before any answer still has the step that failed (AgentTurn.fail, every framework)
             envelope.fail(error)
-            envelope.answer(f"{type(error).__name__}: {error}", is_error=True)
         raise
     finally:
         envelope.close()
@@ -332,7 +331,7 @@ async def tool_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
             task=turn_.envelope.run,
             source=SOURCE,
             attributes={semconv.GEN_AI_TOOL_NAME: to_text(tool_name)},
-        )
+        ).as_tool(tool_name, call_id)
         if call_id is not None:
             turn_.tool_call_ids.add(call_id)
     except Exception:
@@ -344,8 +343,7 @@ async def tool_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> An
         result = await wrapped(*args, **kwargs)
     except BaseException as error:
         step.deactivate()
-        step.fail(error)
-        step.answer(f"{type(error).__name__}: {error}", "tool", is_error=True, **answer)
+        step.fail(error)  # a tool error step
         step.close()
         raise
     step.deactivate()

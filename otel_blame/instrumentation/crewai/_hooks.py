@@ -128,10 +128,9 @@ def execute_task(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _fail_turn(turn: AgentTurn, error: BaseException) -> None:
-    """A turn that raised is an error step of its agent (the error is what it produced), so a run
-    that fails before any message still has the step that failed."""
+    """A turn that raised is an error step of its agent (``AgentTurn.fail``: the one rule for every
+    framework), so a run that fails before any message still has the step that failed."""
     turn.fail(error)
-    turn.answer(f"{type(error).__name__}: {error}", is_error=True)
     turn.close()
 
 
@@ -173,7 +172,7 @@ def _open_tool(instance: Any) -> AgentTurn | None:
         tool_name = _name(instance, "name") or "tool"
         step = AgentTurn(
             turn.agent, task=turn.run, source=SOURCE, attributes={semconv.GEN_AI_TOOL_NAME: tool_name}
-        )
+        ).as_tool(tool_name)
         step.activate()
         return step
     except Exception:
@@ -185,9 +184,7 @@ def _close_tool(step: AgentTurn, instance: Any, result: Any, error: BaseExceptio
     step.deactivate()
     tool_name = _name(instance, "name") or "tool"
     if error is not None:
-        step.fail(error)
-        text = f"{type(error).__name__}: {error}"
-        step.answer(text, "tool", kind=StepKind.TOOL, tool_name=tool_name, is_error=True)
+        step.fail(error)  # a tool step with the error (AgentTurn.fail: the one rule for failed turns)
     else:
         step.answer(result, "tool", kind=StepKind.TOOL, tool_name=tool_name)
     step.close()

@@ -3,8 +3,9 @@
 ``OpenAIAgentsInstrumentor().instrument()`` (or ``opentelemetry-instrument``, entry point
 ``otel_blame_openai_agents``) puts run hooks of ours in front of the app's on every run: each model
 response, tool result and handoff is a step; each turn of the runner loop (a model call and the
-tools it asks for) is an ``invoke_agent {agent}`` envelope span carrying the model's response; a run
-outside ``task()`` gets its own root.
+tools it asks for) is an ``invoke_agent {agent}`` envelope span carrying the model's response; each
+function tool call is an ``execute_tool {tool}`` envelope inside it, from the tool's start to its
+return; a run outside ``task()`` gets its own root.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
         self._wrap(_RUNNER, "AgentRunner.run_streamed", _hooks.run_streamed)
         self._wrap(_RUNNER, "run_single_turn", _hooks.single_turn)  # imported by name into agents.run
         self._wrap("agents.run_internal.run_loop", "run_single_turn_streamed", _hooks.single_turn)
+        try:  # private in the SDK: without it, tool results are still steps (point spans in the turn)
+            self._wrap(*_hooks.TOOL_EXECUTOR, _hooks.tool_run)
+        except (AttributeError, ImportError):
+            pass
         for module_name in _hooks.FAILURE_FORMATTER_MODULES:
             try:
                 module = importlib.import_module(module_name)

@@ -36,6 +36,11 @@ SOURCE = "openai_agents"
 _turn: contextvars.ContextVar[AgentTurn | None] = contextvars.ContextVar(
     "otel_blame_openai_agents_turn", default=None
 )
+# the function tool execution (an ``execute_tool`` envelope) the running code is inside
+_tool_turn: contextvars.ContextVar[AgentTurn | None] = contextvars.ContextVar(
+    "otel_blame_openai_agents_tool", default=None
+)
+TOOL_EXECUTOR = ("agents.run_internal.tool_execution", "_FunctionToolBatchExecutor._run_single_tool")
 FAILURE_FORMATTER_MODULES = ("agents.tool", "agents.run_internal.tool_execution")
 FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
 # a function tool's context -> the type of the exception the SDK turned into the tool's result
@@ -82,6 +87,31 @@ async def single_turn(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> An
             return await wrapped(*args, **kwargs)
     finally:
         _turn.reset(token)
+
+
+async def tool_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``_FunctionToolBatchExecutor._run_single_tool``: one function tool call, from its start to its
+    return, as an envelope ``execute_tool {tool}`` under the agent's turn, current while the tool runs
+    (the SDK runs the tool in a task created here, which inherits it), so whatever the tool does (an
+    agent asked as a tool, its model calls) nests under it. ``on_tool_end`` answers it."""
+    turn = _turn.get()
+    func_tool = kwargs.get("func_tool")
+    if turn is None or func_tool is None or turn.run is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        tool_call = kwargs.get("tool_call")
+        agent = getattr(instance, "public_agent", None)
+        step = AgentTurn(_name_of(agent) if agent is not None else turn.agent, task=turn.run, source=SOURCE)
+        step.as_tool(getattr(func_tool, "name", None) or "tool", getattr(tool_call, "call_id", None))
+    except Exception:
+        HOOK_ERRORS.record("openai_agents.tool_run")
+        return await wrapped(*args, **kwargs)
+    token = _tool_turn.set(step)
+    try:
+        with step:  # a tool that raises (no failure formatter) is a tool error step: AgentTurn.fail
+            return await wrapped(*args, **kwargs)
+    finally:
+        _tool_turn.reset(token)
 
 
 def _open_turn(agent: Any) -> AgentTurn | None:
@@ -337,16 +367,32 @@ class _StepRecorder:
             error_type = _failed_tools.pop(context, None)
         except TypeError:
             error_type = None
+        tool_name = getattr(tool, "name", None) or getattr(context, "tool_name", None) or "tool"
+        tool_call_id = getattr(context, "tool_call_id", None)
+        attributes = {semconv.ERROR_TYPE: error_type} if error_type else None
+        envelope = _tool_turn.get()
+        if envelope is not None and not envelope.answered and envelope.run is self.run:
+            # the result is the answer of the tool's own envelope span (opened where the tool started)
+            envelope.answer(
+                result,
+                "tool",
+                kind=StepKind.TOOL,
+                tool_name=tool_name,
+                tool_call_id=tool_call_id,
+                is_error=error_type is not None,
+                attributes=attributes,
+            )
+            return
         record_message(
             _name_of(agent),
             result,
             "tool",
             kind=StepKind.TOOL,
-            tool_name=getattr(tool, "name", None) or getattr(context, "tool_name", None) or "tool",
-            tool_call_id=getattr(context, "tool_call_id", None),
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
             is_error=error_type is not None,
             start_time_ns=started,
-            attributes={semconv.ERROR_TYPE: error_type} if error_type else None,
+            attributes=attributes,
             source=SOURCE,
             task=self.run,
         )
