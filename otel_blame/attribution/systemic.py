@@ -77,12 +77,45 @@ _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
 _REPEATS_FOR_LOOP = 3
 
 
+# what a tool or code result says when the service it called failed (spans say it better; a result's
+# text is the evidence left when the instrumentation recorded no HTTP span)
+_RESULT_SAYS_DEPENDENCY = re.compile(
+    r"\bHTTP(?:/[\d.]+)?[ :]+(?:error[ :]+)?(429|5\d\d)\b"
+    r"|\b(429|5\d\d) (?:Too Many Requests|Internal Server Error|Bad Gateway|Service Unavailable"
+    r"|Gateway Time-?out)\b"
+    r"|\b(Service Unavailable|Too Many Requests|Bad Gateway|Gateway Time-?out"
+    r"|(?:Read|Connect)Timeout(?:Error)?|timed out|rate limit exceeded)\b",
+    re.IGNORECASE,
+)
+_HOST = re.compile(r"\b(?:https?://)?((?:[a-z0-9-]+\.)+[a-z]{2,})(?=[/:\s)]|$)", re.IGNORECASE)
+
+
+def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure | None:
+    """A tool or code result whose text says a service failed (HTTP 429/5xx, a timeout)."""
+    step = trajectory.steps[index]
+    if step.kind == StepKind.MESSAGE:
+        return None  # an agent's prose mentioning a 503 is not evidence of one
+    found = _RESULT_SAYS_DEPENDENCY.search(step.content[:4000])
+    if found is None:
+        return None
+    host = _HOST.search(step.content[:4000])
+    name = step.tool_name or (host.group(1) if host else None) or f"the service called in step {index}"
+    kind = "timeout" if re.search(r"time", found.group(0), re.IGNORECASE) else "http_status"
+    return DependencyFailure(name=name, kind=kind, detail=found.group(0), step=index, span_id=step.span_id)
+
+
 def nearby_dependency_failure(trajectory: Trajectory, step: int) -> DependencyFailure | None:
-    """A dependency that failed at ``step``, or in the tool/code results just before or after it."""
+    """A dependency that failed at ``step``, or in the tool/code results just before or after it
+    (recorded on spans, else said in a result's text)."""
     by_step: dict[int, DependencyFailure] = {}
     for failure in trajectory.dependency_failures:
         if failure.step is not None:
             by_step.setdefault(failure.step, failure)
+    for index in range(len(trajectory.steps)):
+        if index not in by_step and abs(index - step) <= 8:
+            found = result_text_failure(trajectory, index)
+            if found is not None:
+                by_step[index] = found
     if step in by_step:
         return by_step[step]
     steps = trajectory.steps

@@ -390,7 +390,7 @@ class Campaign:
             status=_status_of(clean, planted=False, clean=True),
             outcome=clean.get("outcome"),
             error=clean.get("error") or ("timed out" if clean.get("timeout") else None),
-            steps=[[m[0], m[1], m[2]] for m in clean.get("seen", []) if m[1] is not None],
+            steps=_recorded_steps(clean),
         )
         records: list[RunRecord] = []
         trajectories: dict[int, dict[str, Any]] = {}
@@ -461,6 +461,12 @@ class Campaign:
     def _report(self, record: RunRecord) -> None:
         if self.progress is not None:
             self.progress(record)
+
+
+def _recorded_steps(answer: Mapping[str, Any]) -> list[list[Any]]:
+    """[agent, step, kind] of every step the run recorded (what the processor attributes)."""
+    trajectory = answer.get("trajectory") or {}
+    return [[step["agent"], step["index"], step["kind"]] for step in trajectory.get("steps", [])]
 
 
 def _status_of(answer: Mapping[str, Any], *, planted: bool, clean: bool = False) -> RunStatus:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -195,6 +196,8 @@ def inject_command(
     from otel_blame.inject.campaign import Campaign, CampaignError, CampaignSettings
     from otel_blame.inject.report import RunRecord, build_report
 
+    if app == "demo" and importlib.util.find_spec("autogen") is None:
+        raise click.ClickException("the demo app is an AG2 group chat: pip install 'otel-blame[autogen]'")
     if endpoint and (processor_config or method):
         raise click.UsageError(
             "--processor-config / --method configure the in-process processor, not --endpoint"

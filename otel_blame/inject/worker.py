@@ -182,6 +182,8 @@ def worker_main(connection: Any, setup: WorkerSetup) -> None:
     sys.stdout = sys.stderr = log
     logging.basicConfig(stream=log, level=logging.WARNING)
     logging.getLogger("autogen.oai.client").setLevel(logging.ERROR)
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # `--app mymodule:run` from the directory the campaign runs in
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider

@@ -158,3 +158,44 @@ def test_a_timeout_exception_is_a_timeout_and_failing_code_is_not_a_dependency()
         _spans(lambda t: (_agent(t, "Coder", "code", bad_code), _agent(t, "Reporter", "x", timed_out)))
     ).trajectory
     assert [(f.name, f.kind) for f in trajectory.dependency_failures] == [("weather", "timeout")]
+
+
+def test_a_result_that_says_the_service_failed_is_a_dependency_but_prose_is_not() -> None:
+    failed_call = (
+        "exitcode: 1 (execution failed)\nCode output: \nError: ConnectionError: "
+        "the service did not answer (HTTP 503 Service Unavailable) at api.rates.example.com"
+    )
+    run = Trajectory.from_steps(
+        [
+            {"agent": "planner", "content": "Plan: fetch the rate."},
+            {"agent": "coder", "content": "```python\nprint(get_rate())\n```"},
+            {"agent": "executor", "content": failed_call, "kind": StepKind.CODE_EXECUTION},
+            {"agent": "reviewer", "content": "The code did not run. TERMINATE"},
+        ],
+        outcome=Outcome.FAILURE,
+    )
+    described = describe_failure(run, _attribution(1, "coder"))
+    assert (described.category, described.dependency) == ("dependency", "api.rates.example.com")
+    assert "HTTP 503" in described.reason
+    prose = _trajectory([("Solver", "Maybe the server answered HTTP 503, so I guess 41.")])
+    assert describe_failure(prose, _attribution(0, "Solver")).category == "agent"
+    plain_bug = run.model_copy(
+        update={
+            "steps": [
+                *run.steps[:2],
+                run.steps[2].model_copy(update={"content": "NameError: x"}),
+                run.steps[3],
+            ]
+        }
+    )
+    assert describe_failure(plain_bug, _attribution(1, "coder")).category == "agent"
+
+
+def test_the_signals_named_as_mast_evidence_exist() -> None:
+    """A renamed heuristic signal must not silently stop naming its failure mode."""
+    from otel_blame.attribution.signals import SIGNALS
+    from otel_blame.attribution.systemic import AGENT_SIGNAL_MODES, SIGNAL_MODES
+
+    names = {signal.name for signal in SIGNALS}
+    assert set(SIGNAL_MODES) | set(AGENT_SIGNAL_MODES) <= names
+    assert set(SIGNAL_MODES.values()) | set(AGENT_SIGNAL_MODES.values()) <= set(FAILURE_MODES)

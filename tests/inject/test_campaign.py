@@ -16,6 +16,7 @@ from otel_blame.inject.faults import FAULT_KINDS
 from tests.inject.conftest import OTHER_FRAMEWORKS
 
 pytest.importorskip("autogen")
+pytestmark = pytest.mark.slow  # real AG2 runs in an app process per campaign
 
 SEED_COVERING_EVERY_KIND = 4
 RUNS = 6

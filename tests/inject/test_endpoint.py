@@ -13,6 +13,7 @@ from otel_blame.processor import BlameProcessor, load_config
 from tests.support import RecordingOTLPSink
 
 pytest.importorskip("autogen")
+pytestmark = pytest.mark.slow  # real AG2 runs in an app process per campaign
 
 TOKEN = "inject-test-token"
 

@@ -17,6 +17,7 @@ from otel_blame.inject.demo_app import ReactiveScript
 from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("autogen")
+pytestmark = pytest.mark.slow  # real AG2 runs in an app process per campaign
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "self_healing_ag2.py"
 WRONG_PLAN = (
