@@ -417,6 +417,15 @@ def recorded_blame(
             method=str(verdict.get(sc.BLAME_METHOD, "unknown")),
             model=str(verdict[sc.BLAME_MODEL]) if verdict.get(sc.BLAME_MODEL) else None,
             candidates=candidates,
+            category=verdict.get(sc.BLAME_CATEGORY)
+            if verdict.get(sc.BLAME_CATEGORY)
+            in (sc.CATEGORY_AGENT, sc.CATEGORY_DEPENDENCY, sc.CATEGORY_SPECIFICATION)
+            else None,
+            dependency=str(verdict[sc.BLAME_DEPENDENCY]) if verdict.get(sc.BLAME_DEPENDENCY) else None,
+            failure_mode=str(verdict[sc.BLAME_FAILURE_MODE]) if verdict.get(sc.BLAME_FAILURE_MODE) else None,
+            cross_run_suspiciousness=min(max(float(verdict[sc.BLAME_CROSS_RUN_SUSPICIOUSNESS]), 0.0), 1.0)
+            if sc.BLAME_CROSS_RUN_SUSPICIOUSNESS in verdict
+            else None,
         )
     except (TypeError, ValueError):
         return None, scores  # malformed blame.* values: recompute rather than show nonsense

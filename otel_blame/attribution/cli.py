@@ -109,6 +109,23 @@ def _verdict_json(
     return out
 
 
+def _category_text(attribution: Attribution) -> str:
+    """``dependency (web_search)``, ``agent``, or empty when the method did not say."""
+    if attribution.category == "dependency" and attribution.dependency:
+        return f"dependency ({attribution.dependency})"
+    return attribution.category or ""
+
+
+def _mode_text(attribution: Attribution) -> str:
+    """The MAST failure mode with its number, e.g. ``premature_termination (MAST FM-3.1)``."""
+    from otel_blame.attribution.systemic import FAILURE_MODES
+
+    if not attribution.failure_mode:
+        return ""
+    known = FAILURE_MODES.get(attribution.failure_mode)
+    return f"{attribution.failure_mode} (MAST {known[0]})" if known else attribution.failure_mode
+
+
 def _print_verdict(console: Any, run: SavedRun, attribution: Attribution | None, recorded: bool) -> None:
     from rich.text import Text
 
@@ -124,8 +141,17 @@ def _print_verdict(console: Any, run: SavedRun, attribution: Attribution | None,
             ("confidence", f"{attribution.confidence:.2f}"),
             ("reason", attribution.reason),
             ("method", attribution.method + model),
+            ("category", _category_text(attribution)),
+            ("mode", _mode_text(attribution)),
+            (
+                "cross-run",
+                f"{attribution.cross_run_suspiciousness:.2f} suspiciousness"
+                if attribution.cross_run_suspiciousness is not None
+                else "",
+            ),
         ):
-            console.print(Text.assemble((f"{label + ':':<12}", "bold"), value))
+            if value:
+                console.print(Text.assemble((f"{label + ':':<12}", "bold"), value))
         if recorded:
             note = "blame recorded in the file by the processor (blame.*); --recompute attributes it again"
             console.print(Text(note, style="dim"))

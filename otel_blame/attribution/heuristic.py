@@ -41,15 +41,15 @@ class Weights:
     early_decision: float = 1.0
     hard_error: float = 0.9
     soft_error: float = 0.3
-    fabrication: float = 0.45
-    hedging: float = 0.1
+    fabrication: float = 1.6
+    hedging: float = 0.3
     final_answer: float = 0.3
-    lacking_report: float = 0.3
-    approval: float = 0.1
+    lacking_report: float = 0.0
+    approval: float = 0.45
     stuck: float = 0.3
     contradicted_claim: float = 0.3
     plan_gap: float = 0.3
-    off_task_report: float = 0.3
+    off_task_report: float = 0.45
     premature_acceptance: float = 0.3
     agent_support: float = 0.1
 

@@ -19,6 +19,16 @@ from dataclasses import dataclass
 
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
+_LEADING_BOUNDARY = re.compile(r"\\b([a-z0-9])(?![?*+{])")
+
+
+def _literal_first(pattern: str) -> str:
+    """The same regex with each ``\\bx`` (a word boundary before a literal word character) written as
+    ``x(?<!\\wx)``: equivalent, but alternatives that open with a literal let the regex engine skip
+    ahead to the characters that can start a match instead of trying every position (about 8x faster
+    on long text for the error pattern)."""
+    return _LEADING_BOUNDARY.sub(r"\1(?<!\\w\1)", pattern)
+
 
 class _Pattern:
     """A case-insensitive regex behind a cheap literal prefilter: the regex (slow on long text, many
@@ -26,7 +36,7 @@ class _Pattern:
     lower-cased text (a case-sensitive regex is several times faster than an IGNORECASE one)."""
 
     def __init__(self, pattern: str, keys: tuple[str, ...]) -> None:
-        self.regex = re.compile(pattern.lower())
+        self.regex = re.compile(_literal_first(pattern.lower()))
         self.keys = keys
 
     def _may_match(self, lower: str) -> bool:
@@ -87,12 +97,22 @@ _FABRICATION = _Pattern(
         "fictional",
         "made up",
         "made-up",
-        "access",
-        "knowledge",
+        "not access",
+        "n't access",
+        "have access",
+        "my knowledge",
+        "general knowledge",
+        "common knowledge",
+        "prior knowledge",
         "from memory",
-        "actual",
-        "your_",
-        "your ",
+        "replace this",
+        "replace with",
+        "your_api",
+        "your_file",
+        "your_path",
+        "your api",
+        "your file",
+        "your path",
         "path/to/",
     ),
 )
@@ -113,9 +133,21 @@ _HEDGING = _Pattern(
 )
 _CODE_FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _APPROVAL = _Pattern(
-    r"\b(?:verified|confirm(?:ed|s)?|validated|is correct|are correct|looks correct|accurate(?:ly)?|"
-    r"everything (?:is|looks) (?:correct|fine|good)|I agree|agreed)\b",
-    keys=("verified", "confirm", "validated", "correct", "accurate", "everything", "i agree", "agreed"),
+    r"(?:\bverified|\bconfirm(?:ed|s)?|\bvalidated|\bis correct|\bare correct|\blooks correct"
+    r"|\baccurate(?:ly)?|\beverything (?:is|looks) (?:correct|fine|good)|\bI agree|\bagreed)\b",
+    keys=(
+        "verified",
+        "confirm",
+        "validated",
+        "is correct",
+        "are correct",
+        "looks correct",
+        "accurate",
+        "everything is",
+        "everything looks",
+        "i agree",
+        "agreed",
+    ),
 )
 _STUCK = _Pattern(
     r"\"is_progress_being_made\":\s*\{[^}]*\"answer\":\s*false|\"is_in_loop\":\s*\{[^}]*\"answer\":\s*true"
@@ -124,9 +156,8 @@ _STUCK = _Pattern(
 )
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
 _CODE_BLOCK = re.compile(r"```")
-_ANSWER_MARKER = re.compile(
-    r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})",
-    re.IGNORECASE,
+_ANSWER_MARKER = re.compile(  # run on lower-cased text: several times faster than IGNORECASE
+    r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
@@ -142,6 +173,10 @@ _ROUTING = re.compile(r"^\s*next speaker\b", re.IGNORECASE)
 
 SCAN_HEAD_CHARS = 3000
 SCAN_TAIL_CHARS = 1000
+# A step longer than this mostly relays a page, a file or a tool's output; the author's own words in it
+# (what the language signals read) are its opening.
+DUMP_CHARS = 4000
+OWN_WORDS_CHARS = 1000
 
 
 def _window(text: str) -> str:
@@ -198,12 +233,43 @@ def _answer_tokens(text: str) -> set[str]:
     return {token for token in tokens if len(token) >= 2 and token not in {"10", "20", "00"}}
 
 
-def _final_answer(trajectory: Trajectory, actors: list[int]) -> str:
+_STATED_ANSWER = re.compile(r"final answer\s*:\s*([^\n]{1,200})", re.IGNORECASE)
+_ANSWER_WORD = re.compile(r"[^\W\d_][\w'-]{2,}")
+
+
+def _stated_answer(steps: list[Step]) -> tuple[str, int] | None:
+    """An answer the run states as such ("FINAL ANSWER: ..." in one of its last steps), and where."""
+    for step in reversed(steps[-3:]):
+        tail = step.content[-2000:]
+        if "final answer" not in tail.lower():
+            continue
+        found = _STATED_ANSWER.findall(tail)
+        if found and found[-1].strip():
+            return found[-1].strip(), step.index
+    return None
+
+
+def _stated_answer_tokens(answer: str, task: str) -> set[str]:
+    """The distinctive bits of a stated answer: its numbers, and its words (three letters or more)
+    that the task does not already contain, so a name or title the run came up with can be traced to
+    the step it first appeared in."""
+    task_lower = task.lower()
+    tokens = _answer_tokens(answer)
+    tokens |= {
+        word.lower()
+        for word in _ANSWER_WORD.findall(answer)
+        if word.lower() not in task_lower and word.lower() not in _STOPWORDS and word.lower() != "the"
+    }
+    return {token for token in tokens if token not in task_lower}
+
+
+def _final_answer(trajectory: Trajectory, actors: list[int], lowers: list[str]) -> str:
+    """The run's final answer (lower-cased where read from the log: only its numbers and bolded
+    phrases are used, lower-cased anyway)."""
     if trajectory.task.final_output:
         return trajectory.task.final_output
     for index in reversed(actors[-3:]):
-        content = _window(trajectory.steps[index].content)
-        marked = _ANSWER_MARKER.findall(content)
+        marked = _ANSWER_MARKER.findall(lowers[index])
         if marked:
             return marked[-1]
     return trajectory.steps[actors[-1]].content[-400:] if actors else ""
@@ -235,8 +301,9 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
 
 
 _CORRECTION = _Pattern(
-    r"\b(?:incorrect|wrong|mistake|mistaken|discrepanc\w*|inconsisten\w*|not accurate|inaccurate"
-    r"|does(?: not|n't) match|contradict\w*|not correct|erroneous|miscalculat\w*|overlooked)\b",
+    r"(?:\bincorrect|\bwrong|\bmistake|\bmistaken|\bdiscrepanc\w*|\binconsisten\w*|\bnot accurate"
+    r"|\binaccurate|\bdoes(?: not|n't) match|\bcontradict\w*|\bnot correct|\berroneous|\bmiscalculat\w*"
+    r"|\boverlooked)\b",
     keys=(
         "incorrect",
         "wrong",
@@ -296,28 +363,40 @@ class ScoringContext:
     worker_rank: dict[int, int]
     answer_tokens: set[str]
     task_text: str
+    answer_step: int | None = None
     _failed: dict[int, bool] | None = None
+    _prose: dict[int, tuple[str, str]] | None = None
+    _full_lowers: dict[int, str] | None = None
 
     @classmethod
     def build(cls, trajectory: Trajectory, *, with_ground_truth: bool = False) -> ScoringContext:
         steps = trajectory.steps
         texts = [_window(step.content) for step in steps]
+        lowers = [text.lower() for text in texts]
         actors = [step.index for step in steps if _is_actor(step, trajectory)]
         if not actors:
             actors = [step.index for step in steps if step.kind == StepKind.MESSAGE] or [steps[0].index]
         coordinator = _coordinator(trajectory, actors)
         workers = [index for index in actors if steps[index].agent != coordinator]
-        tokens = _answer_tokens(_final_answer(trajectory, actors))
-        if with_ground_truth and trajectory.task.expected_output:
-            tokens -= _answer_tokens(trajectory.task.expected_output)
         task_text = trajectory.task.input or ""
         if not task_text and steps and not _is_actor(steps[0], trajectory):
             task_text = steps[0].content
+        stated = None if trajectory.task.final_output else _stated_answer(steps)
+        answer_step = None
+        if stated is not None:
+            opening = steps[0].content if steps and not _is_actor(steps[0], trajectory) else ""
+            tokens = _stated_answer_tokens(stated[0], task_text + "\n" + opening)
+            answer_step = stated[1]
+        else:
+            tokens = _answer_tokens(_final_answer(trajectory, actors, lowers))
+        if with_ground_truth and trajectory.task.expected_output:
+            expected = trajectory.task.expected_output
+            tokens -= _answer_tokens(expected) | _stated_answer_tokens(expected, "")
         return cls(
             trajectory=trajectory,
             steps=steps,
             texts=texts,
-            lowers=[text.lower() for text in texts],
+            lowers=lowers,
             actors=actors,
             actor_set=frozenset(actors),
             order={index: rank for rank, index in enumerate(actors)},
@@ -326,7 +405,35 @@ class ScoringContext:
             worker_rank={index: rank for rank, index in enumerate(workers)},
             answer_tokens=tokens,
             task_text=task_text[:4000],
+            answer_step=answer_step,
         )
+
+    def prose(self, index: int) -> tuple[str, str]:
+        """What the language signals read of a step, and its lower-cased form (computed once): its
+        prose outside code blocks; of a very long step (a relayed page or file), only the opening,
+        which holds its author's own words."""
+        if self._prose is None:
+            self._prose = {}
+        found = self._prose.get(index)
+        if found is None:
+            text = self.texts[index]
+            if len(self.steps[index].content) > DUMP_CHARS:
+                text = text[:OWN_WORDS_CHARS]
+            prose = _CODE_FENCE.sub(" ", text) if "```" in text else text
+            lower = self.lowers[index] if prose is self.texts[index] else prose.lower()
+            found = self._prose[index] = (prose, lower)
+        return found
+
+    def full_lower(self, index: int) -> str:
+        """A step's whole text, lower-cased (the window when the step is short enough to be whole)."""
+        text = self.steps[index].content
+        if len(text) == len(self.texts[index]):
+            return self.lowers[index]
+        if self._full_lowers is None:
+            self._full_lowers = {}
+        if index not in self._full_lowers:
+            self._full_lowers[index] = text.lower()
+        return self._full_lowers[index]
 
     def failed_results(self) -> dict[int, bool]:
         """Tool / code results that failed: index -> True for a hard failure (traceback, non-zero exit
@@ -434,9 +541,8 @@ class Fabrication(Signal):
     def evidence(self, context: ScoringContext) -> Evidence:
         found: Evidence = {}
         for index in context.actors:
-            text = context.texts[index]
-            prose = _CODE_FENCE.sub(" ", text) if "```" in text else text
-            count = self.pattern.count(prose, prose.lower() if prose is not text else context.lowers[index])
+            prose, lower = context.prose(index)
+            count = self.pattern.count(prose, lower)
             if count:
                 found[index] = float(min(count, self.cap))
         return found
@@ -454,8 +560,11 @@ class Hedging(Fabrication):
 
 class FinalAnswerEntry(Signal):
     """Where the wrong final answer first entered: its distinctive parts (numbers, bolded phrases after
-    "final answer" / "the answer is") traced to the first step carrying at least half of them, through
-    a code result to its author. With the expected answer known, tokens shared with it are dropped."""
+    "final answer" / "the answer is"; for an answer the run states as "FINAL ANSWER: ...", also its
+    words the task does not contain) traced to the first step carrying at least half of them, through
+    a code result to its author. The statement of the answer itself is not searched: an answer that
+    first appears there came from nowhere in the run, so it points nowhere. With the expected answer
+    known, tokens shared with it are dropped."""
 
     name = "final_answer"
     reason = "the wrong final answer first appeared here"
@@ -466,8 +575,12 @@ class FinalAnswerEntry(Signal):
             return {}
         spaced = [token for token in tokens if " " in token]
         plain = [token for token in tokens if " " not in token]
+        # one short word or number ("31", "hike") turns up by chance in any relayed page or file
+        weak = len(tokens) == 1 and len(next(iter(tokens))) < 5
         for step in context.steps:
-            text = context.lowers[step.index]
+            if step.index == context.answer_step or (weak and len(step.content) > DUMP_CHARS):
+                continue
+            text = context.full_lower(step.index)
             flat = text.replace(",", "") if "," in text else text
             present = sum(1 for token in plain if token in flat or token in text)
             if spaced and (present + len(spaced)) * 2 >= len(tokens):
@@ -517,9 +630,25 @@ class UnverifiedApproval(Signal):
         }
 
 
+_NEGATED = re.compile(r"\b(?:not|no|never|without|isn't|aren't|nor)\b[^.;\n]{0,40}$")
+
+
+def _reports_stuck(lower: str) -> bool:
+    """A statement that the run is stuck, looping or making no progress, not a denial of one ("we are
+    not yet in a loop", "no evidence of being stuck")."""
+    if not _STUCK._may_match(lower):
+        return False
+    for match in _STUCK.regex.finditer(lower):
+        if match.group(0).startswith('"'):  # a progress ledger's explicit boolean
+            return True
+        if not _NEGATED.search(lower[max(0, match.start() - 60) : match.start()]):
+            return True
+    return False
+
+
 class StuckLoop(Signal):
     """The run never recovered after a step: the first step followed by a report of being stuck,
-    looping or making no progress."""
+    looping or making no progress (a denial such as "we are not in a loop" does not count)."""
 
     name = "stuck"
     reason = "the run reported no progress right after it"
@@ -528,7 +657,7 @@ class StuckLoop(Signal):
         actors = context.actors
         for position, index in enumerate(actors[:-1]):
             for later in range(index + 1, actors[position + 1] + 1):
-                if _STUCK.search(context.texts[later], context.lowers[later]):
+                if _reports_stuck(context.lowers[later]):
                     return {index: 1.0}
         return {}
 
@@ -622,7 +751,7 @@ class OffTaskReport(Signal):
 
 _SATISFIED = _Pattern(
     r"\"is_request_satisfied\":\s*\{[^{}]{0,1500}?\"answer\":\s*true"
-    r"|\b(?:request|task|question) (?:has been|is|was) (?:now )?(?:successfully |fully )?"
+    r"|(?:\brequest|\btask|\bquestion) (?:has been|is|was) (?:now )?(?:successfully |fully )?"
     r"(?:satisfied|fulfilled|completed|answered|resolved)\b",
     keys=("satisfied", "fulfilled", "completed", "answered", "resolved"),
 )

@@ -322,10 +322,13 @@ def test_blame_already_in_the_file_is_shown_not_recomputed(enriched_file: Path):
     expected = HeuristicAttribution().attribute(load_trajectory(enriched_file))
     assert parsed["recorded"] is True and (parsed["agent"], parsed["step"]) == (expected.agent, expected.step)
     assert parsed["method"] == "heuristic" and parsed["confidence"] > 0 and parsed["reason"]
+    assert parsed["category"] == expected.category is not None  # blame.category, read back from the spans
+    assert parsed["failure_mode"] == expected.failure_mode
     scores = {row["step"]: row["score"] for row in parsed["steps"]}
     assert scores[expected.step] == max(scores.values()) > 0  # blame.score of every step, from the spans
     table = CliRunner().invoke(main, ["attribute", str(enriched_file)], env={"COLUMNS": "120"})
     assert "blame recorded in the file by the processor" in table.output
+    assert f"category:   {expected.category}" in table.output
     again = json.loads(
         CliRunner().invoke(main, ["attribute", str(enriched_file), "--recompute", "--json"]).stdout
     )

