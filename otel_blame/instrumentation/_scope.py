@@ -15,6 +15,7 @@ kept for :func:`last_trace_id`, so an app whose answer turns out wrong later can
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
@@ -42,8 +43,10 @@ _CURRENT_TASK: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
 )
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
-# steps a task keeps in memory for attribute_current_task (beyond them, only spans are made)
+# steps a task keeps in memory for attribute_current_task (beyond them, only spans are made), and the
+# content they keep in all (beyond it, later steps are kept without their text)
 MAX_REMEMBERED_STEPS = 10_000
+MAX_REMEMBERED_CHARS = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -122,12 +125,17 @@ class TaskRun:
         self.input: str | None = None  # as captured (None when content capture is off)
         self.expected_output: str | None = None
         self._steps: list[RememberedStep] = []
+        self._remembered_chars = 0
 
     def remember_step(self, step: RememberedStep) -> None:
         """Keep a recorded step for :meth:`remembered_steps` (bounded by ``MAX_REMEMBERED_STEPS``)."""
         with self._lock:
-            if len(self._steps) < MAX_REMEMBERED_STEPS:
-                self._steps.append(step)
+            if len(self._steps) >= MAX_REMEMBERED_STEPS:
+                return
+            if self._remembered_chars + len(step.content) > MAX_REMEMBERED_CHARS:
+                step = dataclasses.replace(step, content="")
+            self._remembered_chars += len(step.content)
+            self._steps.append(step)
 
     def remembered_steps(self) -> list[RememberedStep]:
         """The steps recorded so far, in step-index order."""

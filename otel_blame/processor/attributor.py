@@ -4,10 +4,10 @@ The method runs on the calling thread (the analyser's worker: there is one worke
 analysis, not a second one for attribution). The timeout is a deadline, counted from when the
 trace was handed to the analyser, so time spent queued behind slow LLM calls counts too; it is
 set with :func:`~otel_blame.attribution.deadline.attribution_deadline`, and the LLM client ends
-every request, slot wait and retry by it (see that module). A trace whose deadline passed while
-queued goes straight to the fallback. An error or a timeout falls back to the fallback method,
-and ``Attribution.method`` says so, e.g. ``heuristic(fallback:all_at_once)``. Content is
-redacted before it reaches an LLM method.
+every request, slot wait and retry by it (see that module). An LLM method whose trace's deadline
+passed while queued makes no request and goes straight to the fallback. An error or a timeout
+falls back to the fallback method, and ``Attribution.method`` says so, e.g.
+``heuristic(fallback:all_at_once)``. Content is redacted before it reaches an LLM method.
 
 In-process methods (the heuristic, the baselines) are not interrupted: they make no request and
 finish in milliseconds; an answer that arrives after the deadline is used, since it is there.
@@ -104,8 +104,8 @@ class AttributionRunner:
         deadline = started + self._config.timeout
         timed_out = f"{self.method.name} timed out after {self._config.timeout:g} s"
         try:
-            if time.monotonic() >= deadline:  # spent its budget waiting in the queue
-                raise DeadlineExceeded("the deadline passed while the trace was queued")
+            # a budget spent in the queue: the LLM client refuses to start a request (so an LLM
+            # method goes straight to the fallback); an in-process method just runs
             given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
             with attribution_deadline(deadline):
                 return AttributionOutcome(self._calibrated(self.method.attribute(given)))

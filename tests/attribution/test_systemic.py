@@ -189,3 +189,13 @@ def test_a_result_that_says_the_service_failed_is_a_dependency_but_prose_is_not(
         }
     )
     assert describe_failure(plain_bug, _attribution(1, "coder")).category == "agent"
+
+
+def test_the_signals_named_as_mast_evidence_exist() -> None:
+    """A renamed heuristic signal must not silently stop naming its failure mode."""
+    from otel_blame.attribution.signals import SIGNALS
+    from otel_blame.attribution.systemic import AGENT_SIGNAL_MODES, SIGNAL_MODES
+
+    names = {signal.name for signal in SIGNALS}
+    assert set(SIGNAL_MODES) | set(AGENT_SIGNAL_MODES) <= names
+    assert set(SIGNAL_MODES.values()) | set(AGENT_SIGNAL_MODES.values()) <= set(FAILURE_MODES)

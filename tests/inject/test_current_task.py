@@ -56,3 +56,15 @@ def test_only_one_interceptor_at_a_time():
                 pass
     with intercept_messages(lambda outgoing: None):  # released again
         pass
+
+
+def test_remembered_content_is_bounded_per_task(instrumented, monkeypatch):
+    from otel_blame.instrumentation import _scope
+
+    monkeypatch.setattr(_scope, "MAX_REMEMBERED_CHARS", 25)
+    with task("long") as run:
+        for number in range(4):
+            record_message(f"agent{number}", "0123456789")  # 10 characters each
+        steps = run.remembered_steps()
+    assert [s.content for s in steps] == ["0123456789", "0123456789", "", ""]
+    assert [s.agent for s in steps] == ["agent0", "agent1", "agent2", "agent3"]  # the steps are all kept

@@ -368,6 +368,43 @@ def test_a_tool_call_is_an_envelope_from_the_tools_start_to_its_return(instrumen
     assert failed.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_x"
 
 
+def test_parallel_tool_calls_are_one_envelope_each(instrumented):
+    """Two tool calls of one model response run concurrently (one asyncio task each): each gets its
+    own ``execute_tool`` envelope, answered with its own result and call id, both under the turn."""
+    spans = instrumented
+    started: list[str] = []
+
+    @agents.function_tool
+    async def lookup_weather(city: str) -> str:
+        """Look up today's weather for a city."""
+        started.append(city)
+        await asyncio.sleep(0.05 if city == "Paris" else 0.01)
+        return f"{city}: sunny"
+
+    calls = [
+        {"id": "call_p", "name": "lookup_weather", "arguments": {"city": "Paris"}},
+        {"id": "call_r", "name": "lookup_weather", "arguments": {"city": "Rome"}},
+    ]
+    with ScriptedLLM([Reply(tool_calls=calls), "Both sunny."]) as llm:
+        agent = agents.Agent(
+            name="searcher", instructions="Search.", model=_model(llm), tools=[lookup_weather]
+        )
+        assert agents.Runner.run_sync(agent, "weather?").final_output == "Both sunny."
+    assert sorted(started) == ["Paris", "Rome"]
+    steps = spans.steps()
+    turn = steps[1]
+    tools = {s.attributes[semconv.GEN_AI_TOOL_CALL_ID]: s for s in steps if s.name.startswith("execute_tool")}
+    assert set(tools) == {"call_p", "call_r"}
+    for call_id, city in (("call_p", "Paris"), ("call_r", "Rome")):
+        tool = tools[call_id]
+        assert f"{city}: sunny" in tool.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
+        assert tool.parent.span_id == turn.context.span_id
+        assert turn.start_time <= tool.start_time and tool.end_time <= turn.end_time
+    # they overlapped: Rome's envelope started before Paris's (the slower one) ended
+    assert tools["call_r"].start_time < tools["call_p"].end_time
+    assert tools["call_p"].end_time - tools["call_p"].start_time >= 50_000_000
+
+
 def test_the_apps_exceptions_pass_through_and_fail_the_task(instrumented):
     spans = instrumented
     with ScriptedLLM([Reply(status=400, content="bad request")]) as llm:

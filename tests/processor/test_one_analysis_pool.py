@@ -98,3 +98,12 @@ def test_the_deadline_ends_the_request_and_the_retries_on_the_calling_thread() -
         assert llm.calls == 1
     assert ran_on == [threading.current_thread()]
     assert outcome.fell_back and "timed out" in (outcome.problem or "")
+
+
+def test_an_in_process_method_still_runs_when_its_budget_was_spent_in_the_queue() -> None:
+    # the heuristic makes no request and takes milliseconds: a long queue must not leave the
+    # trace unattributed (there is no other fallback when the method is the heuristic itself)
+    runner = AttributionRunner(AttributionConfig(method="heuristic", timeout=1.0))
+    outcome = runner.attribute(_failed_trajectory(), submitted_at=time.monotonic() - 5)
+    assert outcome.attribution is not None and not outcome.fell_back
+    assert outcome.attribution.method == "heuristic"

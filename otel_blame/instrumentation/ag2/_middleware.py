@@ -220,8 +220,10 @@ class _MiddlewareMixin:
         )
 
     async def on_tool_execution(self, call_next: Any, event: Any, context: Any) -> Any:
-        with AgentTurn(self.agent_name, source=SOURCE) as turn:
-            turn.span.update_name(semconv.tool_span_name(to_text(getattr(event, "name", None)) or "tool"))
+        turn = AgentTurn(self.agent_name, source=SOURCE)
+        # a tool execution from its start: a failure leaving it is a tool error step (AgentTurn.fail)
+        turn.as_tool(to_text(getattr(event, "name", None)) or "tool", getattr(event, "id", None))
+        with turn:
             result = await call_next(event, context)
             self._record_tool(turn, event, result)
             return result
