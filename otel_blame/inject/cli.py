@@ -219,8 +219,10 @@ def inject_command(
         log_path=app_log,
     )
     err = Console(stderr=True)
+    processor_log = logging.getLogger("otel_blame.processor")
+    quiet_level = processor_log.level
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:  # no -v: the report says what matters
-        logging.getLogger("otel_blame.processor").setLevel(logging.ERROR)
+        processor_log.setLevel(logging.ERROR)
 
     def progress(record: RunRecord) -> None:
         if not as_json and sys.stderr.isatty():
@@ -232,6 +234,8 @@ def inject_command(
         result = Campaign(settings, progress).run()
     except CampaignError as error:
         raise click.ClickException(str(error)) from None
+    finally:  # the command may run inside a longer-lived process (tests, a notebook)
+        processor_log.setLevel(quiet_level)
     report = build_report(
         app=app,
         method=result.method,

@@ -166,11 +166,12 @@ class TraceAnalyser:
 
     def observe(self, trace: BufferedTrace) -> None:
         """Count a successful trace (already forwarded) in the cross-run statistics, on the pool; skipped
-        (and counted) when the pool is saturated, so successes never hold back failures."""
+        (and counted) once ``cross_run.success_backlog`` traces wait, so successes never hold back
+        failures: counting one costs a parse and a trajectory, as much CPU as most of a blame."""
         if self._cross_run is None or not self._config.cross_run.observe_successes:
             return
         with self._pending_lock:
-            if self._pending >= self._config.assembly.max_traces:
+            if self._pending >= self._config.cross_run.success_backlog:
                 self._counters.add("cross_run_skipped_traces")
                 return
             self._pending += 1

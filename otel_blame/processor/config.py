@@ -193,6 +193,12 @@ class CrossRunConfig(_Section):
     )
     min_failing_runs: int = Field(default=5, ge=1, description="failing runs seen before it is used")
     observe_successes: bool = Field(default=True, description="build and count successful traces too")
+    success_backlog: int = Field(
+        default=32,
+        ge=0,
+        description="a successful trace is counted only while fewer traces than this wait for analysis: "
+        "under load the failures' blame comes first and successes are skipped (counted)",
+    )
 
 
 class VerdictsConfig(_Section):

@@ -33,7 +33,12 @@ def _inject(*args: str) -> tuple[int, dict | None, str]:
 
 
 def test_an_app_that_raises_gets_a_report_saying_so():
+    import logging
+
+    processor_log = logging.getLogger("otel_blame.processor")
+    before = processor_log.level
     code, report, _ = _inject("--app", "tests.inject.apps:raises", "--runs", "3")
+    assert processor_log.level == before  # the campaign's quieter logging ends with it
     assert code == 1
     assert report["baseline"]["status"] == "app_error"
     assert "RuntimeError: the app broke before its first message" in report["baseline"]["error"]

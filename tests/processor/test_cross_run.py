@@ -194,3 +194,19 @@ def test_disabled_cross_run_writes_nothing(sink, make_processor) -> None:  # noq
     assert sc.BLAME_AGENT in root and sc.BLAME_CROSS_RUN_SUSPICIOUSNESS not in root
     assert processor.stats()["cross_run_observed_runs"] == 0
     assert not (Path(processor.config.wal.dir) / "cross_run.sqlite").exists()
+
+
+def test_successes_give_way_to_a_backlog(sink, make_processor) -> None:  # noqa: ANN001
+    """With a backlog bound of 0 every success is skipped and counted; failures are still counted."""
+    processor = make_processor(cross_run={"success_backlog": 0})
+    passed = record_agent_run([("Planner", "Plan: 6*7."), ("Solver", "The answer is 42.")], failed=False)
+    _send(processor.grpc_endpoint, passed)
+    failed = record_agent_run([("Planner", "Plan: 6*7."), ("Solver", "The answer is 41.")], failed=True)
+    _send(processor.grpc_endpoint, failed)
+    sink.wait_for_spans(len(passed) + len(failed), timeout=10)
+    deadline = time.monotonic() + 10
+    while processor.stats()["cross_run_observed_runs"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stats = processor.stats()
+    assert stats["cross_run_observed_runs"] == 1  # the failure
+    assert stats["cross_run_skipped_traces"] == 1  # the success
