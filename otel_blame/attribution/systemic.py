@@ -136,10 +136,27 @@ def _ended_without_answer(trajectory: Trajectory) -> bool:
     return not any(_FINAL_ANSWER.search(step.content) for step in messages)
 
 
+# Every match of _SPECIFICATION holds one word of each group: plain substring tests on the lowered
+# text rule out almost every step before the (case-insensitive, backtracking) regex runs.
+_SUBJECT_WORDS = ("task", "instruction", "requirement", "spec", "request", "question", "prompt")
+_FAULT_WORDS = (
+    "contradict", "conflicting", "ambiguous", "unclear", "inconsistent", "specified", "incomplete",
+    "impossible", "does not", "did not", "doesn't", "didn't", "not enough", "insufficient", "missing",
+)  # fmt: skip
+
+
+def _may_state_a_specification_fault(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _SUBJECT_WORDS) and any(word in lowered for word in _FAULT_WORDS)
+
+
 def specification_evidence(trajectory: Trajectory) -> int | None:
     """The first message step saying the task or its instructions are wrong, if any."""
     for step in trajectory.steps:
-        if step.kind == StepKind.MESSAGE and _SPECIFICATION.search(step.content[:4000]):
+        if step.kind != StepKind.MESSAGE:
+            continue
+        text = step.content[:4000]
+        if _may_state_a_specification_fault(text) and _SPECIFICATION.search(text):
             return step.index
     return None
 
