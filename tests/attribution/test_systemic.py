@@ -3,6 +3,7 @@ and the failing dependencies the span builder finds (otel_blame.conventions.depe
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -12,7 +13,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_blame import semconv as sc
 from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.attribution.result import Attribution
-from otel_blame.attribution.systemic import FAILURE_MODES, describe_failure
+from otel_blame.attribution.systemic import FAILURE_MODES, describe_failure, specification_evidence
 from otel_blame.conventions import build_trajectory
 from otel_blame.conventions.otlp import sdk_spans_to_proto
 from otel_blame.trajectory import DependencyFailure, Outcome, StepKind, Task, Trajectory
@@ -199,3 +200,27 @@ def test_the_signals_named_as_mast_evidence_exist() -> None:
     names = {signal.name for signal in SIGNALS}
     assert set(SIGNAL_MODES) | set(AGENT_SIGNAL_MODES) <= names
     assert set(SIGNAL_MODES.values()) | set(AGENT_SIGNAL_MODES.values()) <= set(FAILURE_MODES)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hmm, the task is ambiguous about which year is meant.",
+        "These conflicting instructions cannot both hold.",
+        "The question doesn't specify the currency.",
+        "The request did not include the file.",
+        "There is not enough information in the task to answer.",
+        "The requirements seem to be self-contradictory.",
+        "The prompt looks under-specified.",
+        "THE TASK IS IMPOSSIBLE AS STATED.",
+    ],
+)
+def test_every_way_of_saying_the_task_is_wrong_is_read(text: str) -> None:
+    """Each form the specification pattern knows (the substring gate in front of it must let it through)."""
+    run = _trajectory([("Planner", "Plan: look it up."), ("Solver", text)])
+    assert specification_evidence(run) == 1
+
+
+def test_a_task_that_is_merely_mentioned_is_not_a_specification_fault() -> None:
+    run = _trajectory([("Solver", "The task is done; I did not need the file. Answer: 41.")])
+    assert specification_evidence(run) is None
