@@ -40,6 +40,12 @@ class StoredRun(FailureSummary):
     scores: list[float] = Field(description="each step's share of blame, 0..1, by step index")
     candidates: list[Candidate] = Field(default_factory=list)
     cost: Cost = Field(default_factory=Cost)
+    # what kind of failure (blame.category, blame.dependency, blame.failure_mode) and the cross-run
+    # evidence; None in records kept before these existed
+    category: str | None = None
+    dependency: str | None = None
+    failure_mode: str | None = None
+    cross_run_suspiciousness: float | None = None
     trajectory: Trajectory
 
     def summary(self) -> FailureSummary:
@@ -131,5 +137,9 @@ def build_run(
         scores=[round(scores.get(step.index, 0.0), 6) for step in trajectory.steps],
         candidates=attribution.candidates,
         cost=attribution.cost,
+        category=attribution.category,
+        dependency=attribution.dependency,
+        failure_mode=attribution.failure_mode,
+        cross_run_suspiciousness=attribution.cross_run_suspiciousness,
         trajectory=kept,
     )

@@ -253,3 +253,52 @@ def test_ui_pages_render(client: TestClient, seeded, tmp_path: Path) -> None:  #
     assert client.get("/ui/?page=2").status_code == 200
     assert client.get("/ui/?since=bogus").status_code == 400
     assert client.get("/").status_code == 200  # redirected to /ui/
+
+
+def test_the_kind_of_failure_and_the_cross_run_evidence_are_kept_and_shown(tmp_path: Path) -> None:
+    """blame.category / dependency / failure_mode and the cross-run suspiciousness reach the API and
+    the run page; a record kept before they existed still reads (they are None)."""
+    from otel_blame.attribution.result import Attribution
+    from otel_blame.store import StoreConfig, open_store
+    from otel_blame.store.records import build_run
+    from otel_blame.trajectory import Outcome, Task, Trajectory
+
+    store = open_store(StoreConfig(path=tmp_path / "blame-store.sqlite3"))
+    try:
+        trajectory = Trajectory.from_steps(
+            [
+                {"agent": "Planner", "content": "Search the web for the 2023 figure."},
+                {"agent": "Researcher", "content": "web_search failed: HTTP 503 Service Unavailable."},
+                {"agent": "Writer", "content": "The figure is 12."},
+            ],
+            task=Task(input="What was the 2023 figure?"),
+            outcome=Outcome.FAILURE,
+        )
+        attribution = Attribution(
+            agent="Researcher",
+            step=1,
+            confidence=0.7,
+            reason="its search failed",
+            method="heuristic",
+            category="dependency",
+            dependency="web_search",
+            failure_mode="no_or_incomplete_verification",
+            cross_run_suspiciousness=0.82,
+        )
+        trace_id = "ab" * 16
+        store.add(build_run(trajectory, attribution, trace_id=trace_id, service="research"))
+        client = TestClient(create_ui_app(store, UISettings()))
+        answer = client.get(f"/api/runs/{trace_id}").json()
+        assert (answer["category"], answer["dependency"]) == ("dependency", "web_search")
+        assert answer["failure_mode"] == "no_or_incomplete_verification"
+        assert answer["cross_run_suspiciousness"] == 0.82
+        page = client.get(f"/ui/runs/{trace_id}").text
+        assert 'id="culprit-category">dependency<' in page and 'id="culprit-dependency">web_search<' in page
+        assert 'id="culprit-failure-mode">no_or_incomplete_verification<' in page
+        assert 'id="culprit-cross-run">82%<' in page
+        older = json.loads(StoredRun.model_validate(answer).model_dump_json())
+        for key in ("category", "dependency", "failure_mode", "cross_run_suspiciousness"):
+            older.pop(key)
+        assert StoredRun.model_validate(older).category is None
+    finally:
+        store.close()
