@@ -115,12 +115,15 @@ def build_run(
     service: str = "",
     attributed_at: float | None = None,
     redactor: Redactor | None = None,
+    redacted: bool = False,
 ) -> StoredRun:
-    """The record of one attributed failure; its Trajectory redacted as it is for an external LLM."""
+    """The record of one attributed failure; its Trajectory redacted as it is for an external LLM.
+    ``redacted=True``: the trajectory already was (the processor's listeners get it so), and is kept
+    as it is rather than masked a second time."""
     from otel_blame.processor.enricher import step_scores
 
     scores = step_scores(trajectory, attribution)
-    kept = redact_trajectory(trajectory, redactor or Redactor())
+    kept = trajectory if redacted else redact_trajectory(trajectory, redactor or Redactor())
     return StoredRun(
         trace_id=trace_id,
         service=service,

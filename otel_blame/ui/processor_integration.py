@@ -62,6 +62,7 @@ class StoreWriter:
             trace_id=finished.trace_id,
             service=finished.service,
             attributed_at=finished.finished_at_unix,
+            redacted=True,  # by the processor's own redactor, before the listeners were called
         )
         try:
             self.store.add(run, count_as=self.count_as)
