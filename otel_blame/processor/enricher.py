@@ -178,12 +178,10 @@ class BlameEnricher:
             log.warning(
                 "attribution names step %d of %d; no culprit span", attribution.step, len(trajectory.steps)
             )
-        changed: set[int] = set()
         evaluation: EvaluationEvent | None = None
         for index, score in step_scores(trajectory, attribution).items():
             for span in by_id.get(trajectory.steps[index].span_id or "", []):
                 _set(span.attributes, sc.BLAME_SCORE, round(score, 6))
-                changed.add(id(span))
         for span in by_id.get(culprit_id or "", []):
             _set(span.attributes, sc.BLAME_CULPRIT, True)
             _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
@@ -197,12 +195,9 @@ class BlameEnricher:
             attributes = evaluation_attributes(attribution, response_id)
             _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, at, attributes)
             evaluation = evaluation or EvaluationEvent(span.trace_id, span.span_id, at, attributes)
-            changed.add(id(span))
         for span in by_id.get(trajectory.root_span_id or "", []):
             for key, value in root_attributes(attribution).items():
                 _set(span.attributes, key, value)
-            changed.add(id(span))
-        log.debug("trace %s: blame written on %d spans", trajectory.trace_id, len(changed))
         return evaluation
 
     def late_blame_span(
