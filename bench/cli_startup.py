@@ -1,10 +1,14 @@
-"""How fast `otel-blame --help` and `--version` answer, against a same-run baseline.
+"""How fast `otel-blame --help`, `--version` and `attribute` on a small file answer, against a
+same-run baseline.
 
 Each command runs ``--runs`` times as a fresh process; the median wall time is reported with its
 ratio to a bare ``python -c pass`` (the interpreter's own start) and to importing every
-subcommand up front (what the CLI did before its subcommands became lazy). Usage::
+subcommand up front (what the CLI did before its subcommands became lazy). ``attribute`` runs
+the heuristic on a small Who&When log (``--file``), a second time with pydantic's plugins off:
+the dev environment carries ``logfire`` (a test-only extra), whose pydantic plugin imports the
+OpenAI SDK on the first model a process builds; a user's install has no such plugin. Usage::
 
-    .venv/bin/python bench/cli_startup.py --runs 15
+    .venv/bin/python bench/cli_startup.py --runs 15 --file /work/shared/who_and_when/dev/Hand-Crafted/1.json
 """
 
 from __future__ import annotations
@@ -30,15 +34,28 @@ def median_seconds(argv: list[str], runs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="runs per command (median reported)")
+    parser.add_argument("--file", type=Path, default=None, help="a small saved run for `attribute`")
     args = parser.parse_args()
     script = shutil.which("otel-blame") or str(Path(sys.executable).parent / "otel-blame")
-    eager = "import otel_blame.cli, otel_blame.attribution.cli, otel_blame.processor.cli, otel_blame.demo"
+    eager = (
+        "import otel_blame.cli, otel_blame.commands.attribute, otel_blame.commands.evaluate, "
+        "otel_blame.processor.cli, otel_blame.commands.demo"
+    )
     cases = {
         "python -c pass (baseline)": [sys.executable, "-c", "pass"],
         "otel-blame --version": [script, "--version"],
         "otel-blame --help": [script, "--help"],
         "importing every subcommand (the former eager CLI)": [sys.executable, "-c", eager],
     }
+    if args.file is not None:
+        cases["otel-blame attribute FILE"] = [script, "attribute", str(args.file)]
+        no_plugins = ["env", "PYDANTIC_DISABLE_PLUGINS=__all__"]
+        cases["otel-blame attribute FILE, pydantic plugins off"] = [
+            *no_plugins,
+            script,
+            "attribute",
+            str(args.file),
+        ]
     results = {name: median_seconds(argv, args.runs) for name, argv in cases.items()}
     baseline = results["python -c pass (baseline)"]
     print(f"| command | median s ({args.runs} runs) | × python -c pass |")

@@ -27,12 +27,12 @@ class LazyCommand(NamedTuple):
 COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand(
         "attribute",
-        "otel_blame.attribution.cli:attribute_command",
+        "otel_blame.commands.attribute:attribute_command",
         "Name the agent and step that broke a saved run (conversation or OTLP JSON file).",
     ),
     LazyCommand(
         "eval",
-        "otel_blame.attribution.cli:eval_command",
+        "otel_blame.commands.evaluate:eval_command",
         "Score an attribution method on a Who&When-layout dataset.",
     ),
     LazyCommand(
@@ -47,7 +47,7 @@ COMMANDS: tuple[LazyCommand, ...] = (
     ),
     LazyCommand(
         "demo",
-        "otel_blame.demo:demo",
+        "otel_blame.commands.demo:demo",
         "Run the whole path offline: agents, processor, blame tables.",
     ),
     LazyCommand(
@@ -57,12 +57,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
     ),
     LazyCommand(
         "ui",
-        "otel_blame.ui.cli:ui_command",
+        "otel_blame.commands.ui:ui_command",
         "Serve the web UI over a blame store: failures, runs, culprits, attribute a file.",
     ),
     LazyCommand(
         "top",
-        "otel_blame.ui.cli:top_command",
+        "otel_blame.commands.top:top_command",
         "The culprit leaderboard of a running processor, live in the terminal.",
     ),
 )

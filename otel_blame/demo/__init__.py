@@ -16,17 +16,15 @@ per failed trace shows what the processor wrote on it.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import logging
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +37,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_blame import semconv as sc
-from otel_blame.demo.scenario import TASKS, DemoTask, SpanCounter, TaskRunResult, run_tasks
-from otel_blame.demo.span_recorder import RecordedSpan, RecordingOTLPSink
+from otel_blame.demo.scenario import DemoTask, SpanCounter, TaskRunResult, run_tasks
+from otel_blame.demo.span_recorder import RecordedSpan
 from otel_blame.otlp_json import traces_to_json
 
 DEFAULT_JAEGER_URL = "http://localhost:16686"
@@ -221,134 +219,23 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines
 
 
-# --- the command --------------------------------------------------------------------------------
+# --- the app --------------------------------------------------------------------------------------
 
 
-def _step(message: str) -> None:
-    click.echo(click.style("==> ", fg="cyan", bold=True) + message)
-
-
-def _run_app(endpoint: str, tasks: tuple[DemoTask, ...]) -> tuple[list[TaskRunResult], int]:
+def run_app(
+    endpoint: str, tasks: tuple[DemoTask, ...], on_task: Callable[[DemoTask, TaskRunResult], None]
+) -> tuple[list[TaskRunResult], int]:
+    """Run the demo's tasks, exporting their spans over OTLP/gRPC to ``endpoint``; the results and
+    how many spans were sent. AG2's own printing of every message is swallowed."""
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
     counter = SpanCounter()
     provider.add_span_processor(counter)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)))
-
-    def progress(task: DemoTask, result: TaskRunResult) -> None:
-        verdict = click.style("FAILED", fg="red") if result.failed else click.style("ok", fg="green")
-        answer = str(result.final_answer)
-        click.echo(f"    {task.name:<14} answer {answer:<10} expected {task.expected_answer:<8} {verdict}")
-
-    # AG2 prints every message to stdout; the demo shows its own progress lines instead.
     logging.getLogger("autogen.oai.client").setLevel(logging.ERROR)
     chat_output = io.StringIO()
     try:
         with contextlib.redirect_stdout(chat_output):
-            results = run_tasks(provider, tasks, on_task=progress)
+            results = run_tasks(provider, tasks, on_task=on_task)
     finally:
         provider.shutdown()
     return results, sum(len(ids) for ids in counter.spans.values())
-
-
-@click.command("demo")
-@click.option(
-    "--jaeger",
-    "jaeger_url",
-    help=f"Jaeger query URL, e.g. {DEFAULT_JAEGER_URL}; default: use it if it answers",
-)
-@click.option("--jaeger-otlp", help="Jaeger's OTLP/gRPC HOST:PORT (default: the --jaeger host, port 4317)")
-@click.option("--no-jaeger", is_flag=True, help=f"do not look for Jaeger on {DEFAULT_JAEGER_URL}")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("out/demo"),
-    show_default=True,
-    help="where the enriched traces are written as OTLP JSON when there is no Jaeger",
-)
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="seconds to wait for blame")
-def demo(
-    jaeger_url: str | None, jaeger_otlp: str | None, no_jaeger: bool, out_dir: Path, timeout: float
-) -> None:
-    """Run an instrumented multi-agent app offline and show which agent broke each failed run."""
-    if importlib.util.find_spec("autogen") is None:
-        raise DemoError("the demo's app is an AG2 group chat: pip install 'otel-blame[autogen]'")
-    if jaeger_url is not None and not jaeger_answers(jaeger_url, timeout=3.0):
-        raise DemoError(f"Jaeger does not answer at {jaeger_url} (GET /api/services)")
-    if jaeger_url is None and not no_jaeger and jaeger_answers(DEFAULT_JAEGER_URL):
-        jaeger_url = DEFAULT_JAEGER_URL
-    if jaeger_url is not None:
-        jaeger_otlp = jaeger_otlp or default_jaeger_otlp(jaeger_url)
-
-    from otel_blame.processor import BlameProcessor, load_config  # the `processor` extra
-
-    with contextlib.ExitStack() as stack:
-        sink: RecordingOTLPSink | None = None
-        if jaeger_url is None:
-            sink = stack.enter_context(RecordingOTLPSink())
-            downstream = sink.endpoint
-            _step(f"no Jaeger: enriched traces go to a local recorder and then to {out_dir}/")
-        else:
-            downstream = str(jaeger_otlp)
-            _step(f"Jaeger at {jaeger_url}: enriched traces go to its OTLP endpoint {downstream}")
-
-        wal_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="otel-blame-demo-wal-"))
-        config = load_config(
-            environ={},
-            overrides={
-                "receivers": {"grpc_endpoint": "127.0.0.1:0", "http_endpoint": None},
-                "wal": {"dir": wal_dir},
-                "assembly": {"quiet_period": QUIET_PERIOD_SECONDS},
-                "attribution": {"method": "heuristic"},
-                "exporter": {"endpoint": downstream},
-            },
-        )
-        processor = BlameProcessor(config).start()
-        stack.callback(processor.stop)
-        _step(f"blame processor listening on {processor.grpc_endpoint} (offline heuristic method)")
-
-        _step(f"running {len(TASKS)} tasks in an AG2 group chat (user, planner, coder, executor, reviewer)")
-        results, span_count = _run_app(str(processor.grpc_endpoint), TASKS)
-        failed = [r for r in results if r.failed]
-        _step(f"sent {span_count} spans; {len(failed)} of {len(results)} runs failed; waiting for blame")
-
-        blames: dict[str, Blame | None] = {}
-        if sink is not None:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                spans = sink.spans()
-                blames = {r.trace_id: blame_from_recorded(spans, r.trace_id, r.task) for r in failed}
-                if all(blames.values()) and len(spans) >= span_count:
-                    break
-                time.sleep(0.2)
-            processor.stop()
-            spans = sink.spans()
-            blames = {r.trace_id: blame_from_recorded(spans, r.trace_id, r.task) for r in failed}
-            written = write_otlp_json(spans, [r.trace_id for r in results], out_dir)
-        else:
-            written = {}
-            for result in failed:
-                blames[result.trace_id] = blame_from_jaeger(
-                    str(jaeger_url), result.trace_id, result.task, timeout
-                )
-
-    for result in failed:
-        blame = blames.get(result.trace_id)
-        click.echo("")
-        if blame is None:
-            click.echo(
-                click.style(f"trace {result.trace_id} ({result.task.name}): no blame arrived", fg="red")
-            )
-            continue
-        click.echo(format_blame_table(blame, result.task))
-        if jaeger_url is not None:
-            click.echo(f"  in Jaeger: {jaeger_url.rstrip('/')}/trace/{result.trace_id}")
-        elif result.trace_id in written:
-            click.echo(f"  enriched trace (OTLP JSON): {written[result.trace_id]}")
-    if written:
-        click.echo("")
-        _step(
-            f"all {len(written)} traces written as OTLP JSON to {out_dir}/ (view: otel-blame attribute FILE)"
-        )
-    if any(blames.get(r.trace_id) is None for r in failed):
-        raise DemoError("some failed runs got no blame within the timeout")

@@ -1,0 +1,140 @@
+"""``otel-blame eval``: score an attribution method on a Who&When-layout dataset."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from otel_blame.bench.who_and_when import SUBSETS
+from otel_blame.commands.options import (
+    base_url_option,
+    build_method,
+    cache_option,
+    ground_truth_option,
+    method_option,
+    model_option,
+)
+
+if TYPE_CHECKING:
+    from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:5.1f}%"
+
+
+def _print_summaries(summaries: list[SubsetSummary]) -> None:
+    header = (
+        f"{'subset':<20} {'logs':>5} {'agent':>7} {'step':>7} {'step±1':>7} {'step±3':>7} "
+        f"{'calls':>6} {'in tok':>8} {'out tok':>8} {'sec':>7}"
+    )
+    click.echo(header)
+    for s in summaries:
+        click.echo(
+            f"{s.subset:<20} {s.traces:>5} {_percent(s.agent_accuracy):>7} {_percent(s.step_accuracy):>7} "
+            f"{_percent(s.step_within_1):>7} {_percent(s.step_within_3):>7} {s.mean_llm_calls:>6.1f} "
+            f"{s.mean_input_tokens:>8.0f} {s.mean_output_tokens:>8.0f} {s.mean_seconds:>7.3f}"
+            + (f"   ({s.failed} unanswered)" if s.failed else "")
+        )
+
+
+def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
+    """Positional baselines on the same logs, and the method's margin over the best of them."""
+    from otel_blame.bench.evaluate import best_baseline
+
+    click.echo("\nbaselines on the same logs (agent / step), and the method's margin over the best:")
+    for s in summaries:
+        click.echo(f"{s.subset}:")
+        for b in (b for b in baselines if b.subset == s.subset):
+            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
+            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
+        by_agent, by_step = best_baseline(baselines, s.subset)
+        click.echo(
+            f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
+            f"points (vs {by_agent.name}), step {100 * (s.step_accuracy - by_step.step_accuracy):+.1f} "
+            f"points (vs {by_step.name})"
+        )
+
+
+@click.command("eval")
+@click.option(
+    "--dataset",
+    "dataset_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory with the Who&When layout: Algorithm-Generated/*.json, Hand-Crafted/*.json.",
+)
+@click.option(
+    "--subset", "subsets", multiple=True, type=click.Choice(SUBSETS), help="Only these subsets (repeatable)."
+)
+@method_option
+@model_option
+@base_url_option
+@ground_truth_option
+@cache_option
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset.")
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Predictions JSONL, one object per log.",
+)
+def eval_command(
+    dataset_dir: Path,
+    subsets: tuple[str, ...],
+    method_name: str,
+    model: str | None,
+    base_url: str | None,
+    with_ground_truth: bool,
+    cache_dir: Path | None,
+    limit: int | None,
+    out_path: Path,
+) -> None:
+    """Score a method on a Who&When-layout dataset by exact match; write predictions to --out."""
+    from otel_blame.attribution.base import AttributionError
+    from otel_blame.bench.evaluate import (
+        PredictionRecord,
+        evaluate,
+        evaluate_baselines,
+        select_files,
+        summarise,
+    )
+    from otel_blame.loaders import TrajectoryFormatError
+
+    try:
+        files = select_files(dataset_dir, subsets or SUBSETS, limit)
+    except FileNotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with out_path.open("w", encoding="utf-8") as out:
+
+        def write(record: PredictionRecord, error: AttributionError | None) -> None:
+            out.write(json.dumps(record.model_dump()) + "\n")
+            out.flush()
+            if error is not None:
+                errors.append(f"{record.file}: {error}")
+
+        with click.progressbar(
+            files,
+            label=f"{method_name}",
+            file=sys.stderr,
+            show_pos=True,
+            item_show_func=lambda p: p and p.name,
+        ) as bar:
+            try:
+                records = evaluate(method, dataset_dir, bar, on_record=write)
+            except TrajectoryFormatError as error:
+                raise click.ClickException(str(error)) from None
+    for line in errors[:10]:
+        click.echo(f"unanswered: {line}", err=True)
+    summaries = summarise(records)
+    _print_summaries(summaries)
+    _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
+    click.echo(f"predictions: {out_path}")

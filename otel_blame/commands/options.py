@@ -1,0 +1,52 @@
+"""Options shared by ``attribute`` and ``eval``, and the attribution method they build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES
+
+if TYPE_CHECKING:
+    from otel_blame.attribution.base import AttributionMethod
+
+method_option = click.option(
+    "--method",
+    "method_name",
+    type=click.Choice(METHOD_NAMES),
+    default=DEFAULT_METHOD,
+    show_default=True,
+    help="Attribution method; 'heuristic' needs no LLM.",
+)
+model_option = click.option("--model", default=None, help="LLM model (default: $OTEL_BLAME_MODEL or gpt-4o).")
+base_url_option = click.option(
+    "--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI)."
+)
+ground_truth_option = click.option(
+    "--with-ground-truth", is_flag=True, help="Show the expected answer to the method, when the file has one."
+)
+cache_option = click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Cache LLM answers here.",
+)
+
+
+def build_method(
+    method_name: str, model: str | None, base_url: str | None, with_ground_truth: bool, cache_dir: Path | None
+) -> AttributionMethod:
+    """The named method; an LLM method with settings from the flags and the environment."""
+    from otel_blame.attribution.base import AttributionError
+    from otel_blame.attribution.llm_settings import LLMSettings
+    from otel_blame.attribution.registry import create_method, is_llm_method
+
+    settings = None
+    if is_llm_method(method_name):
+        settings = LLMSettings.from_env(model=model, base_url=base_url, cache_dir=cache_dir)
+    try:
+        return create_method(method_name, llm=settings, with_ground_truth=with_ground_truth)
+    except AttributionError as error:
+        raise click.ClickException(str(error)) from None
