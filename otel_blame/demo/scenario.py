@@ -227,6 +227,13 @@ def final_answer(messages: Sequence[dict[str, Any]]) -> str | None:
     return None
 
 
+def mismatch_reason(expected: str, answer: str | None) -> str:
+    """Why a run's answer counts as wrong, in words (a missing answer is said, never ``None``)."""
+    return (
+        f"expected {expected}, got {answer}" if answer is not None else f"expected {expected}, got no answer"
+    )
+
+
 def run_tasks(
     tracer_provider: TracerProvider,
     tasks: Sequence[DemoTask] = TASKS,
@@ -259,7 +266,7 @@ def run_tasks(
                     )
                     answer = final_answer(result.chat_history)
                     failed = answer != demo_task.expected_answer
-                    reason = f"expected {demo_task.expected_answer}, got {answer}" if failed else None
+                    reason = mismatch_reason(demo_task.expected_answer, answer) if failed else None
                     set_outcome(not failed, final_output=answer, reason=reason)
                     trace_id = f"{run.trace_id:032x}" if run is not None else ""
                 outcome = TaskRunResult(demo_task, trace_id, answer, failed)

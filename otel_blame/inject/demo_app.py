@@ -285,7 +285,7 @@ def run_task(seed: int = 0) -> bool:
     The app contract of ``otel-blame inject``: one task in ``otel_blame.instrument.task``, its
     outcome set with ``set_outcome``.
     """
-    from otel_blame.demo.scenario import build_group_chat
+    from otel_blame.demo.scenario import build_group_chat, mismatch_reason
     from otel_blame.instrument import set_outcome, task
 
     problem = problem_for(seed)
@@ -296,9 +296,7 @@ def run_task(seed: int = 0) -> bool:
         result = user.initiate_chat(manager, message=problem.question, summary_method="last_msg")
         answer = final_answer(result.chat_history)
         right = problem.is_right(answer)
-        set_outcome(
-            right, final_output=answer, reason=None if right else f"expected {expected}, got {answer}"
-        )
+        set_outcome(right, final_output=answer, reason=None if right else mismatch_reason(expected, answer))
     return right
 
 

@@ -21,7 +21,19 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from otel_blame.alerting.metrics import BlameSeries, CulpritLabels, counted_agent, culprit_labels
@@ -53,6 +65,7 @@ _SUMMARY_COLUMNS = (
     failures.c.model,
     failures.c.attributed_at_ms,
     failures.c.steps,
+    failures.c.source,
 )
 
 
@@ -110,11 +123,21 @@ class BlameStore:
         for attempt in range(3):
             try:
                 metadata.create_all(self.engine, checkfirst=True)
+                self._add_missing_columns()
                 return
             except (IntegrityError, ProgrammingError, OperationalError):
                 if attempt == 2:
                     raise
                 time.sleep(0.2 * (attempt + 1))
+
+    def _add_missing_columns(self) -> None:
+        """A store made before a column existed gets it (``create_all`` makes only missing tables)."""
+        present = {column["name"] for column in inspect(self.engine).get_columns(failures.name)}
+        if "source" not in present:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    text(f"ALTER TABLE {failures.name} ADD COLUMN source VARCHAR(512) NOT NULL DEFAULT ''")
+                )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -143,6 +166,7 @@ class BlameStore:
             "steps": run.steps,
             "size_bytes": len(record.encode("utf-8")),
             "record": record,
+            "source": run.source[:512],
         }
         for attempt in range(3):
             try:
@@ -312,6 +336,7 @@ class BlameStore:
                 model=row.model,
                 attributed_at=row.attributed_at_ms / 1000,
                 steps=row.steps,
+                source=row.source,
             )
             for row in rows
         ]
@@ -344,7 +369,8 @@ class BlameStore:
     def culprits(
         self, window_seconds: float, *, now: float | None = None, buckets: int = 24
     ) -> CulpritReport:
-        """Blames per (service, agent) in the window, most first, and per bucket for the plot.
+        """Blames per (service, agent) in the window, most first, and per bucket for the plot; files
+        attributed in the UI (``source``) are not counted.
 
         The counts are the store's rows, labelled as ``otel_blame_attributions_total`` labels its
         series (service, agent, base method), so they match ``increase(...[window])``."""
@@ -353,6 +379,12 @@ class BlameStore:
         buckets = max(1, min(buckets, 240))
         bucket_ms = max(1, int(window_seconds * 1000 / buckets))
         since_ms = int(since * 1000)
+        # a processor's blames only: files attributed in the UI are kept for their link, not counted
+        in_window = (
+            failures.c.attributed_at_ms >= since_ms,
+            failures.c.attributed_at_ms <= int(until * 1000),
+            failures.c.source == "",
+        )
         with self.engine.connect() as connection:
             grouped = connection.execute(
                 select(
@@ -362,9 +394,7 @@ class BlameStore:
                     func.count().label("n"),
                     func.max(failures.c.attributed_at_ms).label("last"),
                 )
-                .where(
-                    failures.c.attributed_at_ms >= since_ms, failures.c.attributed_at_ms <= int(until * 1000)
-                )
+                .where(*in_window)
                 .group_by(failures.c.service, failures.c.agent, failures.c.method_base)
             ).all()
             per_bucket = connection.execute(
@@ -374,9 +404,7 @@ class BlameStore:
                     ((failures.c.attributed_at_ms - since_ms) // bucket_ms).label("bucket"),
                     func.count().label("n"),
                 )
-                .where(
-                    failures.c.attributed_at_ms >= since_ms, failures.c.attributed_at_ms <= int(until * 1000)
-                )
+                .where(*in_window)
                 .group_by(failures.c.service, failures.c.agent, "bucket")
             ).all()
             latest: dict[tuple[str, str], str] = {}
@@ -387,6 +415,7 @@ class BlameStore:
                         failures.c.service == service,
                         failures.c.agent == agent,
                         failures.c.attributed_at_ms == last,
+                        failures.c.source == "",
                     )
                     .limit(1)
                 ).scalar_one_or_none()

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from otel_blame.alerting.metrics import method_label
 from otel_blame.attribution.result import Attribution, Candidate, Cost
+from otel_blame.loaders import Annotation
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Trajectory
 
@@ -31,6 +32,10 @@ class FailureSummary(_Model):
     model: str | None = None
     attributed_at: float = Field(description="unix seconds")
     steps: int = Field(description="how many steps the run had")
+    source: str = Field(
+        default="",
+        description="empty for a processor's blame; 'upload: <name>' for a file attributed in the UI",
+    )
 
 
 class StoredRun(FailureSummary):
@@ -46,6 +51,9 @@ class StoredRun(FailureSummary):
     dependency: str | None = None
     failure_mode: str | None = None
     cross_run_suspiciousness: float | None = None
+    annotation: Annotation | None = Field(
+        default=None, description="the known answer an uploaded file carried (Who&When mistake_agent/step)"
+    )
     trajectory: Trajectory
 
     def summary(self) -> FailureSummary:
@@ -116,6 +124,8 @@ def build_run(
     attributed_at: float | None = None,
     redactor: Redactor | None = None,
     redacted: bool = False,
+    source: str = "",
+    annotation: Annotation | None = None,
 ) -> StoredRun:
     """The record of one attributed failure; its Trajectory redacted as it is for an external LLM.
     ``redacted=True``: the trajectory already was (the processor's listeners get it so), and is kept
@@ -144,5 +154,7 @@ def build_run(
         dependency=attribution.dependency,
         failure_mode=attribution.failure_mode,
         cross_run_suspiciousness=attribution.cross_run_suspiciousness,
+        source=source,
+        annotation=annotation,
         trajectory=kept,
     )

@@ -8,6 +8,8 @@ the routes carry them wherever they are mounted.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import re
 import time
@@ -26,10 +28,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from otel_blame.attribution.base import AttributionError
+from otel_blame.attribution.decision import BlameDecision, blame_decision
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
+from otel_blame.loaders import SavedRun
 from otel_blame.store.blame_store import BlameStore
 from otel_blame.store.records import StoredRun, build_run
-from otel_blame.trajectory import Trajectory
+from otel_blame.trajectory import Outcome
 from otel_blame.ui import security
 from otel_blame.ui.estimate import estimate_cost
 from otel_blame.ui.settings import UISettings
@@ -43,6 +47,7 @@ from otel_blame.ui.uploads import (
 )
 from otel_blame.ui.views import (
     WINDOWS,
+    agent_class,
     culprits_plot,
     format_ago,
     format_time,
@@ -51,6 +56,7 @@ from otel_blame.ui.views import (
     run_view,
 )
 
+log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 _TRACE_ID = re.compile(r"^[0-9a-fA-F]{1,64}$")
 PAGE_SIZE = 50
@@ -121,6 +127,7 @@ class BlameUI:
         self.templates.filters["ago"] = format_ago
         self.templates.filters["heat"] = heat_colour
         self.templates.filters["pct"] = lambda value: f"{100 * float(value):.0f}%"
+        self.templates.filters["agent_class"] = agent_class
 
     # --- wiring -------------------------------------------------------------------------------------
 
@@ -248,6 +255,12 @@ class BlameUI:
         )
         choices = await run_in_threadpool(self.store.distinct_values)
         pages = max(1, math.ceil(result.total / PAGE_SIZE))
+        # a filter value the store has never seen (a typo, an old link) is said, not shown as "any"
+        unknown = {
+            key: filters[key]
+            for key, known in (("agent", "agents"), ("service", "services"), ("method", "methods"))
+            if filters[key] and filters[key] not in choices[known]
+        }
         return self._render(
             request,
             "failures.html",
@@ -255,6 +268,7 @@ class BlameUI:
             result=result,
             filters=filters,
             choices=choices,
+            unknown=unknown,
             windows=list(WINDOWS),
             page=page,
             pages=pages,
@@ -268,13 +282,13 @@ class BlameUI:
             return self._error_page(
                 request, 404, f"No attributed failure with trace id {trace_id} is stored."
             )
+        view = run_view(run.trajectory, blame_decision(run.trajectory), run, run.annotation)
         return self._render(
             request,
             "run.html",
-            active="failures",
-            view=run_view(run),
-            links=self.settings.trace_links(run.trace_id),
-            uploaded=False,
+            active="attribute" if run.source else "failures",
+            view=view,
+            links=[] if run.source else self.settings.trace_links(run.trace_id),
         )
 
     async def culprits_page(self, request: Request) -> Response:
@@ -314,25 +328,30 @@ class BlameUI:
             if not data.strip():  # no file chosen: the pasted text
                 data, name = str(form.get("text") or "").encode("utf-8"), "the pasted trace"
             text = decode_text(data, name)
-            trajectory = await run_in_threadpool(parse_upload, text, name)
-            if is_llm_method(method) and form.get("confirmed") != "yes":
+            saved = await run_in_threadpool(parse_upload, text, name)
+            assume_failed = form.get("assume_failed") in ("yes", "on", "true", "1")
+            context["assume_failed"] = assume_failed
+            decision = blame_decision(saved.trajectory)
+            if (decision.blame or assume_failed) and is_llm_method(method) and form.get("confirmed") != "yes":
                 assert self.settings.llm is not None
-                estimate = estimate_cost(method, trajectory, self.settings.llm)
-                steps = len(trajectory.steps)
+                estimate = estimate_cost(method, saved.trajectory, self.settings.llm)
+                steps = len(saved.trajectory.steps)
                 return self._render(
                     request, "attribute.html", estimate=estimate, pending_text=text, steps=steps, **context
                 )
-            run = await run_in_threadpool(self._attribute, trajectory, method, name)
+            run, kept = await run_in_threadpool(self._attribute, saved, text, method, name, assume_failed)
         except UploadError as error:
             return self._render(request, "attribute.html", error.status, error=error.message, **context)
+        if run is not None and kept:  # Post/Redirect/Get: the address bar holds the verdict's link
+            return RedirectResponse(f"/ui/runs/{run.trace_id}", 303)
         return self._render(
             request,
             "run.html",
             active="attribute",
-            view=run_view(run),
+            view=run_view(saved.trajectory, decision, run, saved.annotation),
             links=[],
-            uploaded=True,
             source=name,
+            not_kept=run is not None and not kept,
         )
 
     async def login_page(self, request: Request) -> Response:
@@ -382,13 +401,35 @@ class BlameUI:
                 f"offline methods: {', '.join(self._methods())}",
             )
 
-    def _attribute(self, trajectory: Trajectory, method_name: str, source: str) -> StoredRun:
+    def _attribute(
+        self, saved: SavedRun, text: str, method_name: str, source: str, assume_failed: bool
+    ) -> tuple[StoredRun | None, bool]:
+        """Attribute an uploaded run when the one decision (or ``assume_failed``) says to blame it,
+        and keep the verdict in the store under an id made from the file and the method, so the same
+        upload has the same link. (None, False): not blamed; (run, False): blamed but not kept."""
+        trajectory = saved.trajectory
+        if not (blame_decision(trajectory).blame or assume_failed):
+            return None, False
         method = create_method(method_name, llm=self.settings.llm)
         try:
-            attribution = method.attribute(trajectory)
+            attribution = method.attribute(trajectory.model_copy(update={"outcome": Outcome.FAILURE}))
         except AttributionError as error:
             raise UploadError(422, f"{method_name} could not attribute {source}: {error}") from None
-        return build_run(trajectory, attribution, trace_id=trajectory.trace_id or "upload", service="")
+        run = build_run(
+            trajectory,
+            attribution,
+            trace_id=upload_id(text, method_name),
+            service="",
+            source=f"upload: {source}",
+            annotation=saved.annotation,
+        )
+        try:
+            self.store.add(run)
+        except Exception as error:  # the store is down or full: the verdict is still shown
+            why = f"{type(error).__name__}: {error}"
+            log.warning("blame store: cannot keep the upload %s (%s)", source, why)
+            return run, False
+        return run, True
 
     # --- API ----------------------------------------------------------------------------------------
 
@@ -433,24 +474,63 @@ class BlameUI:
         else:
             data, name = body, "the request body"
         text = decode_text(data, name)
-        trajectory = await run_in_threadpool(parse_upload, text, name)
-        run = await run_in_threadpool(self._attribute, trajectory, method, name)
-        answer = {
-            "agent": run.agent,
-            "step": run.step,
-            "confidence": run.confidence,
-            "reason": run.reason,
-            "method": run.method,
-            "model": run.model,
-            "scores": run.scores,
-            "candidates": [c.model_dump() for c in run.candidates],
-            "cost": run.cost.model_dump(),
-            "steps": run.steps,
-            "agents": run.trajectory.agents,
-            "outcome": run.outcome,
-            "trace_id": trajectory.trace_id,
-        }
-        return JSONResponse(answer)
+        saved = await run_in_threadpool(parse_upload, text, name)
+        assume_failed = request.query_params.get("assume_failed", "").lower() in ("1", "true", "yes")
+        decision = blame_decision(saved.trajectory)
+        run, kept = await run_in_threadpool(self._attribute, saved, text, method, name, assume_failed)
+        return JSONResponse(attribute_answer(saved, decision, run, kept))
+
+
+def attribute_answer(
+    saved: SavedRun, decision: BlameDecision, run: StoredRun | None, kept: bool
+) -> dict[str, Any]:
+    """``POST /api/attribute``'s answer: the decision, and the blame when there is one (its link when
+    kept); a run that is not blamed has no agent, step, reason or scores."""
+    trajectory = saved.trajectory
+    answer: dict[str, Any] = {
+        "blamed": run is not None,
+        "decision": decision.model_dump(mode="json"),
+        "agent": None,
+        "step": None,
+        "confidence": None,
+        "reason": None,
+        "category": None,
+        "dependency": None,
+        "failure_mode": None,
+        "method": None,
+        "model": None,
+        "scores": [],
+        "candidates": [],
+        "cost": None,
+        "steps": len(trajectory.steps),
+        "agents": trajectory.agents,
+        "outcome": trajectory.outcome.value,
+        "trace_id": trajectory.trace_id,
+        "url": None,
+        "annotation": saved.annotation.model_dump() if saved.annotation else None,
+    }
+    if run is not None:
+        answer.update(
+            agent=run.agent,
+            step=run.step,
+            confidence=run.confidence,
+            reason=run.reason,
+            category=run.category,
+            dependency=run.dependency,
+            failure_mode=run.failure_mode,
+            method=run.method,
+            model=run.model,
+            scores=run.scores,
+            candidates=[c.model_dump() for c in run.candidates],
+            cost=run.cost.model_dump(),
+            url=f"/ui/runs/{run.trace_id}" if kept else None,
+        )
+    return answer
+
+
+def upload_id(text: str, method: str) -> str:
+    """The stored id of an uploaded file's verdict: the same file and method, the same link."""
+    return hashlib.sha256(f"{method}\n{text}".encode()).hexdigest()[:32]
 
 
 def _quote(value: str) -> str:

@@ -34,6 +34,14 @@ def fetch_culprits(endpoint: str, since: str, token: str | None, timeout: float 
         raise TopError(f"{url} did not answer a culprit report: {error}") from None
 
 
+def fit_buckets(counts: list[int], most: int) -> list[int]:
+    """At most ``most`` buckets: neighbours are summed, so a narrow terminal shows the whole window."""
+    if len(counts) <= most or most < 1:
+        return counts
+    size = -(-len(counts) // most)  # ceil
+    return [sum(counts[i : i + size]) for i in range(0, len(counts), size)]
+
+
 def _sparkline(counts: list[int]) -> str:
     blocks = " ▁▂▃▄▅▆▇█"
     peak = max(counts, default=0)
@@ -42,16 +50,20 @@ def _sparkline(counts: list[int]) -> str:
     return "".join(blocks[min(8, round(8 * n / peak))] if n else "·" for n in counts)
 
 
-def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20) -> Group:
+def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20, width: int = 120) -> Group:
+    """The leaderboard, fitting ``width`` columns: at 80 the sparkline keeps every bucket it shows
+    (buckets are merged to 12) and long names are cut with an ellipsis instead."""
+    narrow = width < 110
+    spark = 12 if narrow else 24
     table = Table(title=f"culprits over the last {since}", title_justify="left", expand=False)
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("agent", style="bold")
-    table.add_column("service")
-    table.add_column("blames", justify="right", style="bold red")
-    table.add_column("share", justify="right")
-    table.add_column("methods")
-    table.add_column("over time")
-    table.add_column("last", justify="right")
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("agent", style="bold", no_wrap=True, overflow="ellipsis", max_width=16 if narrow else 32)
+    table.add_column("service", no_wrap=True, overflow="ellipsis", max_width=12 if narrow else 24)
+    table.add_column("blames", justify="right", style="bold red", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("methods", overflow="fold", max_width=14 if narrow else 30)
+    table.add_column("over time", no_wrap=True, min_width=spark)
+    table.add_column("last", justify="right", no_wrap=True)
     now = time.time()
     series = {(s.service, s.agent): s.counts for s in report.series}
     for position, culprit in enumerate(report.culprits[:limit], start=1):
@@ -64,8 +76,8 @@ def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20) ->
             str(culprit.count),
             f"{100 * share:.0f}%",
             ", ".join(f"{m} {n}" for m, n in sorted(culprit.methods.items())),
-            _sparkline(series.get((culprit.service, culprit.agent), [])),
-            f"{ago // 60} min ago" if ago >= 60 else f"{ago} s ago",
+            _sparkline(fit_buckets(series.get((culprit.service, culprit.agent), []), spark)),
+            _ago(ago, narrow),
         )
     footer = Text(
         f"{report.total} blames · {endpoint} · updated {time.strftime('%H:%M:%S')} · Ctrl-C to quit",
@@ -76,17 +88,23 @@ def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20) ->
     return Group(table, footer)
 
 
+def _ago(seconds: int, narrow: bool) -> str:
+    value = f"{seconds // 60} min" if seconds >= 60 else f"{seconds} s"
+    return value if narrow else f"{value} ago"
+
+
 def run_top(
     endpoint: str, since: str, token: str | None, interval: float, once: bool, console: Console | None = None
 ) -> None:
     console = console or Console()
     if once:
-        console.print(render(fetch_culprits(endpoint, since, token), endpoint, since))
+        console.print(render(fetch_culprits(endpoint, since, token), endpoint, since, width=console.width))
         return
     with Live(console=console, refresh_per_second=4, screen=False) as live:
         while True:
             try:
-                live.update(render(fetch_culprits(endpoint, since, token), endpoint, since))
+                report = fetch_culprits(endpoint, since, token)
+                live.update(render(report, endpoint, since, width=console.width))
             except TopError as error:
                 live.update(Text(f"{error} (retrying every {interval:g} s)", style="yellow"))
             time.sleep(interval)

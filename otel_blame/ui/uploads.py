@@ -8,8 +8,7 @@ from __future__ import annotations
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-from otel_blame.loaders import TrajectoryFormatError, parse_trajectory
-from otel_blame.trajectory import Trajectory
+from otel_blame.loaders import SavedRun, TrajectoryFormatError, parse_saved_run
 
 
 class UploadError(Exception):
@@ -66,16 +65,17 @@ def decode_text(data: bytes, name: str) -> str:
         ) from None
 
 
-def parse_upload(text: str, name: str) -> Trajectory:
+def parse_upload(text: str, name: str) -> SavedRun:
+    """The run in an upload, with the known answer it carries (Who&When ``mistake_agent``/``step``)."""
     try:
-        trajectory = parse_trajectory(text, source=name)
+        saved = parse_saved_run(text, source=name)
     except TrajectoryFormatError as error:
         raise UploadError(422, str(error)) from None
     except RecursionError:
         raise UploadError(422, f"{name}: the JSON is nested too deeply") from None
-    if not trajectory.steps:
+    if not saved.trajectory.steps:
         raise UploadError(422, f"{name}: the trace has no agent steps to attribute")
-    return trajectory
+    return saved
 
 
 async def upload_file_text(upload: UploadFile | str | None, limit: int) -> tuple[bytes, str]:

@@ -4,22 +4,36 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import dataclass, field
 
+from otel_blame.attribution.decision import BlameDecision
+from otel_blame.loaders import Annotation
 from otel_blame.store.records import CulpritReport, StoredRun
-from otel_blame.trajectory import Step, StepKind
+from otel_blame.trajectory import Step, StepKind, Trajectory
 
-# Distinct on white and for the common colour-vision deficiencies (Okabe-Ito, then Tableau).
+# Distinct on white and for the common colour-vision deficiencies (Okabe-Ito, then Tableau and
+# more); ui.css has one class per entry (.c0 ... .c15) with the same colours.
 PALETTE = (
-    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9",
-    "#d55e00", "#7a5195", "#8c6d31", "#2f4b7c", "#5f9e6e",
+    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7a5195", "#8c6d31",
+    "#2f4b7c", "#5f9e6e", "#b07aa1", "#9c755f", "#4e79a7", "#e15759", "#76b7b2", "#bcbd22",
 )  # fmt: skip
 OTHERS_COLOUR = "#9aa0a6"
 PREVIEW_CHARS = 1500
+QUIET_PREVIEW_CHARS = 300  # steps inside a collapsed run of unremarkable steps show less until opened
+GENERIC_ROLES = frozenset({"assistant", "user", "system", "tool", "function", "human", "ai", "model"})
+QUIET_SHARE = 0.2  # a step under this share of the run's top score is unremarkable ...
+QUIET_RUN = 4  # ... and this many of them in a row collapse into one line
 
 
-def agent_colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+def agent_class(agent: str) -> int:
+    """The agent's colour class, from its name alone: the same agent has the same colour on every
+    page and in every run (two agents may share one; their names and lanes tell them apart)."""
+    return zlib.crc32(agent.encode("utf-8")) % len(PALETTE)
+
+
+def agent_colour(agent: str) -> str:
+    return PALETTE[agent_class(agent)]
 
 
 def heat_colour(score: float) -> str:
@@ -38,6 +52,15 @@ def kind_label(step: Step) -> str:
     return "message"
 
 
+def display_role(step: Step) -> str | None:
+    """The step's role when it says something its agent name does not (``Orchestrator (thought)``);
+    chat-API roles (``assistant``, ``user`` …) say how a log was recorded, not who spoke."""
+    role = (step.role or "").strip()
+    if not role or role == step.agent or role.lower() in GENERIC_ROLES:
+        return None
+    return role
+
+
 def format_time(unix: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
@@ -54,56 +77,212 @@ def format_ago(unix: float, now: float | None = None) -> str:
 class StepView:
     step: Step
     lane: int
+    colour_class: int
     colour: str
     kind: str
+    role: str | None
     score: float
+    share: float  # score / the run's top score, 0..1: what the heat bar and colour show
     heat: str
     culprit: bool
+    candidate: int | None  # rank among the candidates, 1 = first
+    annotated: bool
     preview: str
     truncated: bool
+
+    @property
+    def remarkable(self) -> bool:
+        return (
+            self.culprit
+            or self.candidate is not None
+            or self.annotated
+            or self.step.is_error
+            or self.share >= QUIET_SHARE
+        )
+
+
+@dataclass
+class StepGroup:
+    """Steps shown one by one, or a run of unremarkable steps collapsed into one line."""
+
+    steps: list[StepView]
+    collapsed: bool = False
+
+    @property
+    def summary(self) -> str:
+        counts: dict[str, int] = {}
+        for view in self.steps:
+            counts[view.step.agent] = counts.get(view.step.agent, 0) + 1
+        who = ", ".join(f"{agent} {n}" for agent, n in sorted(counts.items(), key=lambda item: -item[1])[:4])
+        more = "" if len(counts) <= 4 else f", {len(counts) - 4} more"
+        first, last = self.steps[0].step.index, self.steps[-1].step.index
+        return f"steps {first}–{last}: {len(self.steps)} unremarkable steps ({who}{more})"
+
+
+@dataclass
+class StripMark:
+    """One step in the overview strip (SVG units: one per step)."""
+
+    x: int
+    index: int
+    agent: str
+    colour: str
+    heat: str
+    share: float
+    title: str
+    culprit: bool
+    candidate: bool
+    annotated: bool
+
+
+@dataclass
+class Annotated:
+    """The file's known answer (Who&When mistake_agent / mistake_step) and how the verdict compares."""
+
+    agent: str | None
+    step: int | None
+    said: str
+    quality: str  # good, partial, bad, none
 
 
 @dataclass
 class RunView:
-    run: StoredRun
-    agents: list[tuple[str, str]]  # (agent, colour) in lane order
+    trajectory: Trajectory
+    decision: BlameDecision
+    run: StoredRun | None  # the blame; None when the run was not blamed
+    agents: list[tuple[str, int]]  # (agent, colour class) in lane order
     steps: list[StepView]
+    groups: list[StepGroup]
+    strip: list[StripMark]
+    top_score: float
     ranked: list[tuple[int, str, float]] = field(default_factory=list)  # (step, agent, score)
-    culprit_lane: int = 0
+    annotation: Annotated | None = None
+
+    @property
+    def culprit_class(self) -> int:
+        return agent_class(self.run.agent) if self.run is not None else 0
 
 
-def run_view(run: StoredRun) -> RunView:
-    trajectory = run.trajectory
+def _groups(steps: list[StepView]) -> list[StepGroup]:
+    """Consecutive unremarkable steps (QUIET_RUN or more) collapse; the first and last step never do."""
+    groups: list[StepGroup] = []
+    quiet: list[StepView] = []
+
+    def flush() -> None:
+        if len(quiet) >= QUIET_RUN:
+            groups.append(StepGroup(list(quiet), collapsed=True))
+        else:
+            groups.extend(StepGroup([view]) for view in quiet)
+        quiet.clear()
+
+    last = len(steps) - 1
+    for position, view in enumerate(steps):
+        if view.remarkable or position in (0, last):
+            flush()
+            groups.append(StepGroup([view]))
+        else:
+            quiet.append(view)
+    flush()
+    return groups
+
+
+def run_view(
+    trajectory: Trajectory,
+    decision: BlameDecision,
+    run: StoredRun | None = None,
+    annotation: Annotation | None = None,
+) -> RunView:
+    """What the run page shows: every step with its lane, colour and heat (relative to the run's top
+    score, so a run whose best suspect scores 0.08 still shows where blame sits), the overview strip,
+    the collapsed runs of unremarkable steps, and the known answer when the file carries one."""
     lanes = {agent: position for position, agent in enumerate(trajectory.agents)}
+    scores = run.scores if run is not None else []
+    top = max(scores, default=0.0)
+    ranks = {c.step: rank for rank, c in enumerate(run.candidates, start=1)} if run is not None else {}
+    known_step = annotation.step if annotation is not None else None
     steps = []
     for step in trajectory.steps:
-        score = run.scores[step.index] if step.index < len(run.scores) else 0.0
-        preview = step.content[:PREVIEW_CHARS]
+        score = scores[step.index] if step.index < len(scores) else 0.0
+        share = score / top if top > 0 else 0.0
+        quiet_preview = PREVIEW_CHARS
         steps.append(
             StepView(
                 step=step,
                 lane=lanes[step.agent],
-                colour=agent_colour(lanes[step.agent]),
+                colour_class=agent_class(step.agent),
+                colour=agent_colour(step.agent),
                 kind=kind_label(step),
+                role=display_role(step),
                 score=score,
-                heat=heat_colour(score),
-                culprit=step.index == run.step,
-                preview=preview,
-                truncated=len(step.content) > PREVIEW_CHARS,
+                share=share,
+                heat=heat_colour(share),
+                culprit=run is not None and step.index == run.step,
+                candidate=ranks.get(step.index),
+                annotated=known_step == step.index,
+                preview=step.content[:quiet_preview],
+                truncated=len(step.content) > quiet_preview,
             )
         )
-    ranked = [(c.step, c.agent, c.score) for c in run.candidates]
-    if not ranked:
+    groups = _groups(steps)
+    for group in groups:  # collapsed steps show a shorter preview until their own text is opened
+        if group.collapsed:
+            for view in group.steps:
+                view.preview = view.step.content[:QUIET_PREVIEW_CHARS]
+                view.truncated = len(view.step.content) > QUIET_PREVIEW_CHARS
+    strip = [
+        StripMark(
+            x=view.step.index,
+            index=view.step.index,
+            agent=view.step.agent,
+            colour=view.colour,
+            heat=view.heat,
+            share=view.share,
+            title=f"step {view.step.index} · {view.step.agent} · score {view.score:.2f}"
+            + (" · culprit" if view.culprit else "")
+            + (f" · candidate {view.candidate}" if view.candidate and not view.culprit else "")
+            + (" · the known answer" if view.annotated else ""),
+            culprit=view.culprit,
+            candidate=view.candidate is not None,
+            annotated=view.annotated,
+        )
+        for view in steps
+    ]
+    ranked = [(c.step, c.agent, c.score) for c in run.candidates] if run is not None else []
+    if run is not None and not ranked:
         ranked = sorted(
             ((s.step.index, s.step.agent, s.score) for s in steps if s.score > 0), key=lambda item: -item[2]
         )[:5]
+    annotated = None
+    if annotation is not None and (annotation.agent is not None or annotation.step is not None):
+        said, quality = compare_with_annotation(annotation, run)
+        annotated = Annotated(annotation.agent, annotation.step, said, quality)
     return RunView(
+        trajectory=trajectory,
+        decision=decision,
         run=run,
-        agents=[(agent, agent_colour(position)) for agent, position in lanes.items()],
+        agents=[(agent, agent_class(agent)) for agent in lanes],
         steps=steps,
+        groups=groups,
+        strip=strip,
+        top_score=top,
         ranked=ranked,
-        culprit_lane=lanes.get(run.agent, 0),
+        annotation=annotated,
     )
+
+
+def compare_with_annotation(annotation: Annotation, run: StoredRun | None) -> tuple[str, str]:
+    """How the verdict compares with the known answer, in the CLI's words."""
+    if run is None:
+        return "", "none"
+    agent_ok = annotation.agent is not None and annotation.agent == run.agent
+    step_ok = annotation.step is not None and annotation.step == run.step
+    if agent_ok and step_ok:
+        return "agent and step match", "good"
+    if agent_ok:
+        return "agent matches, step does not", "partial"
+    if step_ok:
+        return "step matches, agent does not", "partial"
+    return "does not match", "bad"
 
 
 @dataclass
@@ -148,8 +327,8 @@ def culprits_plot(report: CulpritReport, top: int = 6, width: int = 760, height:
     named = report.series[:top]
     rest = report.series[top:]
     layers: list[tuple[str, str, list[int]]] = [
-        (f"{s.agent}" + (f" ({s.service})" if s.service else ""), agent_colour(i), s.counts)
-        for i, s in enumerate(named)
+        (f"{s.agent}" + (f" ({s.service})" if s.service else ""), agent_colour(s.agent), s.counts)
+        for s in named
     ]
     if rest:
         summed = [sum(s.counts[i] for s in rest) for i in range(buckets)]

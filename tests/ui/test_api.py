@@ -201,7 +201,8 @@ def test_state_changing_requests_need_the_csrf_token(locked: TestClient) -> None
     wrong = locked.post("/ui/attribute", data={"text": text, "csrf_token": "x" * 43})
     assert wrong.status_code == 403
     ok = locked.post("/ui/attribute", data={"text": text, "method": "heuristic", "csrf_token": csrf})
-    assert ok.status_code == 200 and 'id="culprit-agent"' in ok.text
+    assert ok.status_code == 303 and ok.headers["location"].startswith("/ui/runs/")
+    assert 'id="culprit-agent"' in locked.get(ok.headers["location"]).text
     # cross-site: another Origin is refused even with the token
     evil = locked.post("/ui/attribute", data={"text": text, "csrf_token": csrf},
                        headers={"Origin": "https://evil.example"})  # fmt: skip
