@@ -39,8 +39,9 @@ class RedactionPattern:
     triggers: tuple[str, ...] = ()
     ignore_case: bool = False
     also: tuple[str, ...] = ()
-    # Only a match whose secret (or whole match) passes this check is masked.
-    validate: Callable[[str], bool] | None = None
+    # Only a match whose secret (or whole match) passes this check is masked; it gets the secret
+    # and the whole match (the name it was written under, for one).
+    validate: Callable[[str, str], bool] | None = None
 
     def __post_init__(self) -> None:
         # each trigger with its rarest character: a one-character test (memchr) is an order of
@@ -76,7 +77,7 @@ class RedactionPattern:
                 if match.start(name) != -1:
                     start, end = match.span(name)
                     break
-            if self.validate is not None and not self.validate(text[start:end]):
+            if self.validate is not None and not self.validate(text[start:end], match.group(0)):
                 return match.group(0)
             count += 1
             whole_start = match.start()
@@ -102,7 +103,7 @@ def _rarest_char(trigger: str) -> str:
     return max(candidates, key=lambda c: _LETTERS_BY_FREQUENCY.find(c) if c in _LETTERS_BY_FREQUENCY else 99)
 
 
-def _is_basic_credentials(token: str) -> bool:
+def _is_basic_credentials(token: str, _match: str = "") -> bool:
     """``Basic`` is an English word: only a token that decodes to ``user:password`` is masked."""
     try:
         decoded = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
@@ -111,8 +112,42 @@ def _is_basic_credentials(token: str) -> bool:
     return b":" in decoded
 
 
+def _is_secret_value(value: str, written: str = "") -> bool:
+    """Whether a value written under a secret's name is one; what is not: a placeholder
+    (``YOUR_API_KEY``, ``<your-token>``, ``xxxx``), an environment variable's name
+    (``OPENAI_API_KEY``), a substitution (``${TOKEN}``, ``{{ secret }}``), code passing a
+    variable on (``cancellation_token=ctx.cancellation_token``, ``api_key=api_key``) or one
+    capitalised word of prose (``API Token: Follow …``). Measured on the Who&When logs by
+    bench/redaction_false_positives.py."""
+    return not (
+        (_WORD.match(value) and _PROSE.match(written))
+        or _PLACEHOLDER.match(value)
+        or _ENV_NAME.match(value)
+        or _SUBSTITUTION.match(value)
+        or (_VARIABLE.match(code := value.rstrip(")]}")) and _NAMED_LIKE_A_SECRET.search(code))
+    )
+
+
+_PLACEHOLDER = re.compile(
+    r"(?i)^[<{\[(\s]*(?:your|my|insert|replace|enter|example|sample|dummy|placeholder|changeme|redacted)"
+    r"(?:[\s_\-.]|$)|^(?:x{4,}|\*{3,}|\.{3,}|…)"
+)
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+_SUBSTITUTION = re.compile(r"^(?:\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|%\([A-Za-z_]\w*\)s)$")
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?$")
+# the variable's own name ends in a secret's name: ``api_key``, ``self.token``, ``ctx.cancellation_token``
+_NAMED_LIKE_A_SECRET = re.compile(
+    r"(?i)(?:^|[._])(?:api_?key|key|token|secret|password|passwd|pwd|passphrase)$"
+)
+# "API Token: Follow the instructions": a capitalised name, a colon and a capitalised word is prose
+_WORD = re.compile(r"^[A-Z][a-z]+$")
+_PROSE = re.compile(r"^(?:[A-Za-z0-9]+[ _\-])*[A-Z][a-z]+: ")
+
 # Names under which a secret value is usually written: ``password=``, ``"client_secret": "…"``,
-# ``AWS_SECRET_ACCESS_KEY=…``. A prefix such as ``aws_`` or ``db-`` may come before the name.
+# ``AWS_SECRET_ACCESS_KEY=…``, ``githubToken``. Before the name may come words joined by ``_`` or
+# ``-`` (``aws_``, ``X-Api-``) and then one camel-case word (``github``, ``Db``): a longer camel-case
+# name (``SystemEntropyOriginTrialToken``, a web page's public metadata) is not a secret's name.
+_NAME_PREFIX = r"(?:[A-Za-z0-9]+[_\-])*(?-i:[A-Z]?[a-z0-9]+)?"
 _SECRET_NAMES = (
     r"(?:api[_-]?key|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?access[_-]?key|secretaccesskey"
     r"|secret[_-]?key|client[_-]?secret|private[_-]?key|(?:access|auth|refresh|session|id)[_-]?token"
@@ -205,7 +240,7 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
         # name = value, name: "value", "name": "value"; a quoted value is masked up to its quote.
         "api_key",
         re.compile(
-            rf"(?i)(?<![A-Za-z0-9])[A-Za-z0-9_\-]*?{_SECRET_NAMES}(?:\\?[\"'])?\s*[:=]\s*(?!\[REDACTED:)"
+            rf"(?i)(?<![A-Za-z0-9])(?:{_NAME_PREFIX})?{_SECRET_NAMES}(?:\\?[\"'])?\s*[:=]\s*(?!\[REDACTED:)"
             r"(?:\\?\"(?P<secret_dq>(?:[^\"\\\n]|\\(?!\")){4,})"
             r"|\\?'(?P<secret_sq>(?:[^'\\\n]|\\(?!')){4,})"
             r"|(?P<secret>[^\s\"',;&\\]{4,}))"
@@ -213,6 +248,7 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
         triggers=("key", "token", "secret", "passw", "pwd", "passphrase"),
         ignore_case=True,
         also=(":", "="),
+        validate=_is_secret_value,
     ),
     RedactionPattern(
         "email",
