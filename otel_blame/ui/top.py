@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -52,16 +53,23 @@ def _sparkline(counts: list[int]) -> str:
 
 def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20, width: int = 120) -> Group:
     """The leaderboard, fitting ``width`` columns: at 80 the sparkline keeps every bucket it shows
-    (buckets are merged to 12) and long names are cut with an ellipsis instead."""
+    (buckets are merged to 12), long names are cut with an ellipsis and the share is left out."""
     narrow = width < 110
     spark = 12 if narrow else 24
-    table = Table(title=f"culprits over the last {since}", title_justify="left", expand=False)
+    table = Table(
+        title=f"culprits over the last {since}",
+        title_justify="left",
+        expand=False,
+        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+        pad_edge=not narrow,
+    )
     table.add_column("#", justify="right", style="dim", no_wrap=True)
-    table.add_column("agent", style="bold", no_wrap=True, overflow="ellipsis", max_width=16 if narrow else 32)
-    table.add_column("service", no_wrap=True, overflow="ellipsis", max_width=12 if narrow else 24)
+    table.add_column("agent", style="bold", no_wrap=True, overflow="ellipsis", max_width=14 if narrow else 32)
+    table.add_column("service", no_wrap=True, overflow="ellipsis", max_width=10 if narrow else 24)
     table.add_column("blames", justify="right", style="bold red", no_wrap=True)
-    table.add_column("share", justify="right", no_wrap=True)
-    table.add_column("methods", overflow="fold", max_width=14 if narrow else 30)
+    if not narrow:  # at 80 columns the share goes: the blames say it
+        table.add_column("share", justify="right", no_wrap=True)
+    table.add_column("methods", overflow="fold", min_width=13 if narrow else None, max_width=30)
     table.add_column("over time", no_wrap=True, min_width=spark)
     table.add_column("last", justify="right", no_wrap=True)
     now = time.time()
@@ -69,13 +77,14 @@ def render(report: CulpritReport, endpoint: str, since: str, limit: int = 20, wi
     for position, culprit in enumerate(report.culprits[:limit], start=1):
         share = culprit.count / report.total if report.total else 0.0
         ago = int(now - culprit.last_seen)
+        shares = [] if narrow else [f"{100 * share:.0f}%"]
         table.add_row(
             str(position),
             culprit.agent,
             culprit.service or "-",
             str(culprit.count),
-            f"{100 * share:.0f}%",
-            ", ".join(f"{m} {n}" for m, n in sorted(culprit.methods.items())),
+            *shares,
+            ("\n" if narrow else ", ").join(f"{m} {n}" for m, n in sorted(culprit.methods.items())),
             _sparkline(fit_buckets(series.get((culprit.service, culprit.agent), []), spark)),
             _ago(ago, narrow),
         )
