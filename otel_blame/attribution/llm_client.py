@@ -29,7 +29,6 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-import openai
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 from tenacity.stop import stop_base
@@ -119,6 +118,8 @@ class _ResponseCache:
 
 
 def _retryable(error: Exception) -> bool:
+    import openai  # here, not at the top: the offline methods never load the OpenAI SDK
+
     if isinstance(error, ValueError):  # a malformed body, e.g. from a proxy in between
         return True
     if isinstance(error, openai.APITimeoutError | openai.APIConnectionError | openai.RateLimitError):
@@ -211,6 +212,8 @@ class LLMClient:
                 "no LLM configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a self-hosted endpoint), "
                 "or pass --base-url / --model, or use the offline method 'heuristic'"
             )
+        import openai  # here, not at the top: the offline methods never load the OpenAI SDK
+
         self._client = openai.OpenAI(
             base_url=settings.base_url,
             api_key=api_key or "not-needed",  # self-hosted endpoints often need no key
@@ -273,6 +276,8 @@ class LLMClient:
             before_sleep=_log_retry,
             reraise=True,
         )
+        import openai
+
         try:
             response = retrying(self._create, messages, temperature)
         except (openai.APIError, ValueError) as error:  # ValueError: a body that is not JSON

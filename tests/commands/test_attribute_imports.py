@@ -1,0 +1,37 @@
+"""`otel-blame attribute` on a small file with the offline method loads none of the heavy libraries
+it does not use (the OpenAI SDK, gRPC, the web stack, the store): start-up imports were most of its
+1.2-1.4 s (docs/benchmarks.md has the timings)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.store.runs import WHO_AND_WHEN
+
+
+def test_attribute_imports_only_what_it_uses() -> None:
+    file = WHO_AND_WHEN / "Hand-Crafted" / "1.json"
+    probe = (
+        "import sys\n"
+        "from otel_blame.cli import main\n"
+        "try:\n"
+        f"    main(['attribute', {str(file)!r}], prog_name='otel-blame')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('openai', 'grpc', 'starlette', 'uvicorn', 'sqlalchemy', 'jinja2', 'opentelemetry',"
+        " 'otel_blame.processor', 'otel_blame.ui', 'otel_blame.store', 'httpx')\n"
+        "print('LOADED', sorted({m for m in sys.modules if m.startswith(heavy)}))\n"
+    )
+    env_without_plugins = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}  # the dev venv's logfire plugin
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, **env_without_plugins},
+    )
+    assert "agent:" in result.stdout
+    assert "LOADED []" in result.stdout, result.stdout[-2000:]
