@@ -17,6 +17,7 @@ from otel_blame.store import BlameStore, StoreConfig, open_store
 from otel_blame.store.records import StoredRun
 from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.settings import UISettings
+from otel_blame.ui.views import agent_class
 from tests.store.runs import attributed_runs, hostile_run, who_and_when_files
 from tests.ui.browser import (
     DOCS_IMAGES,
@@ -166,13 +167,12 @@ def test_a_stored_run_shows_lanes_heat_and_the_culprit(browser, site: str, showc
     assert _by_id(browser, "culprit-method").text == run.method
     culprit = _by_id(browser, f"step-{run.step}")
     assert "culprit" in culprit.get_attribute("class").split()
-    # one colour per agent: every step of an agent has the same lane class, different agents differ
+    # one colour per agent, from its name: every step of an agent has its name's colour class
     lanes: dict[str, set[str]] = {}
     for step in _all(browser, "li.step"):
         lane = next(c for c in step.get_attribute("class").split() if c.startswith("c") and c[1:].isdigit())
         lanes.setdefault(step.get_attribute("data-agent"), set()).add(lane)
-    assert all(len(classes) == 1 for classes in lanes.values())
-    assert len({next(iter(c)) for c in lanes.values()}) == min(len(lanes), 10)
+    assert lanes == {agent: {f"c{agent_class(agent)}"} for agent in lanes}
     # the culprit's bubble is drawn differently from the others (red border)
     colour = culprit.find_element("css selector", ".bubble").value_of_css_property("border-top-color")
     other = _all(browser, "li.step:not(.culprit) .bubble")[0].value_of_css_property("border-top-color")
@@ -224,6 +224,59 @@ def test_script_in_agent_content_renders_as_text_and_runs_nothing(browser, site:
     browser.get(f"{site}/ui/?since=7d")
     _no_alert(browser)
     assert "<script>alert(4)</script>" in browser.find_element("css selector", "table.failures").text
+
+
+def test_the_overview_strip_leads_to_every_step_of_a_long_run(browser, site: str, showcase) -> None:  # noqa: ANN001
+    run = max(showcase[1][:-1], key=lambda r: r.steps)  # the longest Hand-Crafted run
+    assert run.steps >= 100
+    browser.get(f"{site}/ui/runs/{run.trace_id}")
+    strip = _by_id(browser, "overview-strip")
+    assert strip.size["width"] > 800 and strip.size["height"] >= 30
+    marks = _all(browser, "#overview-strip a.mark")
+    assert [int(m.get_attribute("data-step")) for m in marks] == list(range(run.steps))
+    culprits = _all(browser, "#overview-strip a.is-culprit")
+    assert [int(m.get_attribute("data-step")) for m in culprits] == [run.step]
+    assert len(_all(browser, "#overview-strip a.is-candidate")) == len(run.candidates)
+    screenshot(browser, "ui-long-run.png")
+    # most of the run is folded away; the culprit is not
+    collapsed = _all(browser, "details.quiet")
+    assert collapsed and not any(d.get_attribute("open") for d in collapsed)
+    assert _by_id(browser, f"step-{run.step}").is_displayed()
+    # clicking a folded step's mark opens its fold and shows the step
+    folded = int(collapsed[-1].get_attribute("data-first"))
+    assert not _by_id(browser, f"step-{folded}").is_displayed()
+    browser.execute_script(
+        "arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", marks[folded]
+    )
+    time.sleep(0.3)
+    assert browser.current_url.endswith(f"#step-{folded}")
+    assert _by_id(browser, f"step-{folded}").is_displayed()
+    # and the culprit's mark goes to the culprit
+    browser.execute_script(
+        "arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", culprits[0]
+    )
+    time.sleep(0.3)
+    assert browser.current_url.endswith(f"#step-{run.step}")
+
+
+def test_a_successful_run_uploaded_is_shown_without_a_culprit(browser, site: str, tmp_path: Path) -> None:  # noqa: ANN001
+    log = json.loads(who_and_when_files(30, "Hand-Crafted")[3].read_text())
+    log["is_correct"] = True
+    log.pop("is_corrected", None)
+    succeeded = tmp_path / "succeeded.json"
+    succeeded.write_text(json.dumps(log))
+    browser.get(f"{site}/ui/attribute")
+    # the drop zone says which file is chosen once: the browser's own file input is hidden
+    assert _by_id(browser, "file").size["width"] <= 1
+    assert browser.find_element("css selector", "main").text.lower().count("no file chosen") == 1
+    _by_id(browser, "file").send_keys(str(succeeded))
+    _submit_and_wait(browser, _by_id(browser, "attribute-submit"))
+    assert _by_id(browser, "decision-why").text == "The run succeeded: nothing to blame."
+    assert _by_id(browser, "decision-outcome").text == "success"
+    assert not _all(browser, "#culprit-agent") and not _all(browser, "li.step.culprit")
+    assert not _all(browser, ".culprit-badge") and not _all(browser, "#overview-strip a.is-culprit")
+    assert len(_all(browser, "li.step")) == len(log["history"])
+    screenshot(browser, "ui-success.png")
 
 
 def test_no_request_left_loopback(browser, site: str, all_requests: list[str]) -> None:  # noqa: ANN001
