@@ -138,6 +138,7 @@ class BlameUI:
             Route("/ui", lambda request: RedirectResponse("/ui/", 308), methods=["GET"]),
             Route("/ui/", page(self.failures_page), methods=["GET"]),
             Route("/ui/runs/{trace_id}", page(self.run_page), methods=["GET"]),
+            Route("/ui/runs/{trace_id}/steps/{index:int}", page(self.step_page), methods=["GET"]),
             Route("/ui/culprits", page(self.culprits_page), methods=["GET"]),
             Route("/ui/attribute", page(self.attribute_page), methods=["GET", "POST"]),
             Route("/ui/login", self._open(self.login_page), methods=["GET", "POST"]),
@@ -289,6 +290,22 @@ class BlameUI:
             active="attribute" if run.source else "failures",
             view=view,
             links=[] if run.source else self.settings.trace_links(run.trace_id),
+        )
+
+    async def step_page(self, request: Request) -> Response:
+        """One step's whole text: where the run page links a folded step's long text, so a long run's
+        page carries previews, not every word of every step."""
+        trace_id, index = request.path_params["trace_id"], request.path_params["index"]
+        run = await run_in_threadpool(self.store.run, trace_id) if _TRACE_ID.match(trace_id) else None
+        if run is None or not 0 <= index < len(run.trajectory.steps):
+            return self._error_page(request, 404, f"No step {index} of a stored run {trace_id}.")
+        return self._render(
+            request,
+            "step.html",
+            active="attribute" if run.source else "failures",
+            run=run,
+            step=run.trajectory.steps[index],
+            colour_class=agent_class(run.trajectory.steps[index].agent),
         )
 
     async def culprits_page(self, request: Request) -> Response:

@@ -6,6 +6,9 @@ import math
 import time
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
+
+from markupsafe import Markup, escape
 
 from otel_blame.attribution.decision import BlameDecision
 from otel_blame.loaders import Annotation
@@ -89,6 +92,7 @@ class StepView:
     annotated: bool
     preview: str
     truncated: bool
+    inline: bool = True  # the whole text is on the page (else: on the step's own page)
 
     @property
     def remarkable(self) -> bool:
@@ -145,6 +149,43 @@ class Annotated:
     quality: str  # good, partial, bad, none
 
 
+def strip_svg(marks: list[StripMark]) -> Markup:
+    """The overview strip's marks as SVG, built here rather than in the template: a 1,000-step run
+    has 1,000 of them, and one f-string each is several times faster than a template loop."""
+    parts = []
+    for m in marks:
+        classes = "mark" + (" is-culprit" if m.culprit else "") + (" is-candidate" if m.candidate else "")
+        heat = m.heat if m.share > 0 else "#eceff3"
+        if m.culprit:
+            under = f'<rect class="culprit-mark" x="{m.x}" y="24" width="1" height="6" fill="#d7301f"/>'
+        elif m.candidate:
+            under = f'<rect class="candidate-mark" x="{m.x}" y="25" width="1" height="5" fill="#1c2433"/>'
+        elif m.annotated:
+            under = f'<rect class="annotated-mark" x="{m.x}" y="25" width="1" height="5" fill="#1f4fd1"/>'
+        else:
+            under = ""
+        parts.append(
+            f'<a href="#step-{m.index}" class="{classes}" data-step="{m.index}">'
+            f"<title>{escape(m.title)}</title>"
+            f'<rect x="{m.x}" y="0" width="1" height="10" fill="{m.colour}"/>'
+            f'<rect x="{m.x}" y="11" width="1" height="13" fill="{heat}"/>{under}</a>'
+        )
+    return Markup("".join(parts))
+
+
+def rails(agents: list[tuple[str, int]]) -> list[Markup]:
+    """Each lane's rail (one column per agent, this lane's dot on): one per lane, shared by its steps."""
+    return [
+        Markup(
+            "".join(
+                f'<span class="lane c{cls}{" on" if position == lane else ""}"></span>'
+                for position, (_agent, cls) in enumerate(agents)
+            )
+        )
+        for lane in range(len(agents))
+    ]
+
+
 @dataclass
 class RunView:
     trajectory: Trajectory
@@ -157,6 +198,14 @@ class RunView:
     top_score: float
     ranked: list[tuple[int, str, float]] = field(default_factory=list)  # (step, agent, score)
     annotation: Annotated | None = None
+
+    @cached_property
+    def strip_marks(self) -> Markup:
+        return strip_svg(self.strip)
+
+    @cached_property
+    def rails(self) -> list[Markup]:
+        return rails(self.agents)
 
     @property
     def culprit_class(self) -> int:
@@ -204,7 +253,6 @@ def run_view(
     for step in trajectory.steps:
         score = scores[step.index] if step.index < len(scores) else 0.0
         share = score / top if top > 0 else 0.0
-        quiet_preview = PREVIEW_CHARS
         steps.append(
             StepView(
                 step=step,
@@ -219,16 +267,19 @@ def run_view(
                 culprit=run is not None and step.index == run.step,
                 candidate=ranks.get(step.index),
                 annotated=known_step == step.index,
-                preview=step.content[:quiet_preview],
-                truncated=len(step.content) > quiet_preview,
+                preview=step.content[:PREVIEW_CHARS],
+                truncated=len(step.content) > PREVIEW_CHARS,
             )
         )
     groups = _groups(steps)
-    for group in groups:  # collapsed steps show a shorter preview until their own text is opened
+    for (
+        group
+    ) in groups:  # collapsed steps show a shorter preview; a stored run's, their text on their own page
         if group.collapsed:
             for view in group.steps:
                 view.preview = view.step.content[:QUIET_PREVIEW_CHARS]
                 view.truncated = len(view.step.content) > QUIET_PREVIEW_CHARS
+                view.inline = run is None
     strip = [
         StripMark(
             x=view.step.index,

@@ -277,3 +277,21 @@ def test_a_store_made_before_uploads_gets_the_source_column(tmp_path: Path) -> N
         assert json.loads(store.run("0f" * 16).model_dump_json())["source"] == ""
     finally:
         store.close()
+
+
+def test_a_folded_step_s_long_text_is_on_its_own_page(store: BlameStore, client: TestClient) -> None:
+    trajectory, attribution = _long_run(60, 30)
+    long_text = "word " * 400
+    steps = [s.model_copy(update={"content": long_text}) if s.index == 10 else s for s in trajectory.steps]
+    trajectory = trajectory.model_copy(update={"steps": steps})
+    store.add(build_run(trajectory, attribution, trace_id="9a" * 16))
+    page = client.get(f"/ui/runs/{'9a' * 16}").text
+    folded = page[page.index('id="step-10"') : page.index('id="step-11"')]
+    assert (
+        long_text not in page and f'href="/ui/runs/{"9a" * 16}/steps/10">show all 2000 characters' in folded
+    )
+    step = client.get(f"/ui/runs/{'9a' * 16}/steps/10")
+    assert (
+        step.status_code == 200 and f'<pre class="content" id="step-content">{long_text}</pre>' in step.text
+    )
+    assert client.get(f"/ui/runs/{'9a' * 16}/steps/60").status_code == 404
