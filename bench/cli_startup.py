@@ -8,7 +8,9 @@ the heuristic on a small Who&When log (``--file``), a second time with pydantic'
 the dev environment carries ``logfire`` (a test-only extra), whose pydantic plugin imports the
 OpenAI SDK on the first model a process builds; a user's install has no such plugin. Usage::
 
-    .venv/bin/python bench/cli_startup.py --runs 15 --file /work/shared/who_and_when/dev/Hand-Crafted/1.json
+    git archive 9522cee otel_blame | tar -x -C /tmp/before
+    .venv/bin/python bench/cli_startup.py --runs 15 --file /work/shared/who_and_when/dev/Hand-Crafted/1.json \
+        --before /tmp/before
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="runs per command (median reported)")
     parser.add_argument("--file", type=Path, default=None, help="a small saved run for `attribute`")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a directory holding an earlier tree's otel_blame package (git archive REF otel_blame | tar -x)"
+        ": its `attribute` is timed too, as the baseline",
+    )
     args = parser.parse_args()
     script = shutil.which("otel-blame") or str(Path(sys.executable).parent / "otel-blame")
     eager = (

@@ -54,6 +54,7 @@ from otel_blame.ui.views import (
     heat_colour,
     parse_duration,
     run_view,
+    shorten,
 )
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class BlameUI:
         self.templates.filters["heat"] = heat_colour
         self.templates.filters["pct"] = lambda value: f"{100 * float(value):.0f}%"
         self.templates.filters["agent_class"] = agent_class
+        self.templates.filters["shorten"] = shorten
 
     # --- wiring -------------------------------------------------------------------------------------
 

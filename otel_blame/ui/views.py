@@ -64,6 +64,16 @@ def display_role(step: Step) -> str | None:
     return role
 
 
+def shorten(text: str, length: int) -> str:
+    """At most ``length`` characters, cut at a word, without a dangling ``;`` or ``,`` before the ``…``."""
+    if len(text) <= length:
+        return text
+    cut = text[: length - 1]
+    if " " in cut and not text[length - 1].isspace():
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ;,:.-–") + "…"
+
+
 def format_time(unix: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
