@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,8 @@ from otel_blame.cli import main
 from otel_blame.demo import Blame, format_blame_table
 from otel_blame.demo.scenario import TASKS, final_answer
 from otel_blame.otlp_json import parse_otlp_json
+from otel_blame.store import StoreConfig, open_store
+from tests.ui.browser import free_port
 
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
 
@@ -81,6 +88,47 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
         table = output[output.index(trace_id) :]
         assert re.search(rf"\| blamed agent +\| {re.escape(task.fault_agent)} ", table)
         assert re.search(rf"\| step +\| {task.fault_step} ", table)
+    # the failures are in the demo's blame store, and the one command that opens them is printed
+    store_path = out_dir / "blame-store.sqlite3"
+    assert f"otel-blame ui --store {store_path}" in output
+    store = open_store(StoreConfig(path=store_path))
+    try:
+        stored = {f.trace_id: (f.agent, f.step) for f in store.failures().failures}
+    finally:
+        store.close()
+    assert set(stored) == set(tables)
+    for trace_id in tables:
+        root_agent = re.search(rf"{trace_id}.*?\| blamed agent +\| (\S+)", output, re.S)
+        assert root_agent is not None and stored[trace_id][0] == root_agent.group(1)
+
+
+@pytest.mark.slow
+def test_demo_ui_serves_the_demo_s_failures(tmp_path: Path):
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_blame.cli", "demo", "--no-jaeger", "--out", str(tmp_path), "--ui",
+         "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        answer = None
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/failures", timeout=2) as response:
+                    answer = json.loads(response.read())
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert answer is not None, "the demo's web UI never answered"
+        assert answer["total"] == len(FAILING)
+        first = answer["failures"][-1]["trace_id"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/runs/{first}", timeout=5) as response:
+            assert 'id="culprit-agent"' in response.read().decode()
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0]
+    assert f"http://127.0.0.1:{port}/ui/runs/" in output
 
 
 def test_blame_table_wraps_long_values_and_shows_the_planted_fault():
