@@ -65,6 +65,10 @@ def main() -> None:
             "attribute",
             str(args.file),
         ]
+        if args.before is not None:
+            before = ["env", f"PYTHONPATH={args.before}", "PYDANTIC_DISABLE_PLUGINS=__all__"]
+            before += [sys.executable, "-m", "otel_blame.console_script", "attribute", str(args.file)]
+            cases["the earlier tree's attribute FILE, pydantic plugins off (before)"] = before
     results = {name: median_seconds(argv, args.runs) for name, argv in cases.items()}
     baseline = results["python -c pass (baseline)"]
     print(f"| command | median s ({args.runs} runs) | × python -c pass |")

@@ -150,8 +150,12 @@ def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool
     return rows
 
 
+_EXCERPT = 240  # more than any terminal's content column shows; rich measures every character given
+
+
 def _excerpt(text: str) -> str:
-    return " ".join(text.split())
+    flat = " ".join(text[: 4 * _EXCERPT].split())
+    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
 
 
 def _print_table(
