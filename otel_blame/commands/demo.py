@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -190,4 +192,13 @@ def demo(
         serve_ui(store_path, host, port, first)
         return
     _step(f"the {len(failed)} failures are in the blame store {store_path}; open them in the web UI:")
-    click.echo(f"\n    otel-blame ui --store {store_path}    # then http://127.0.0.1:8500/ui/\n")
+    click.echo(f"\n    {_this_command()} ui --store {store_path}    # then http://127.0.0.1:8500/ui/\n")
+
+
+def _this_command() -> str:
+    """How the user ran us (``.venv/bin/otel-blame`` under ``make demo``), so the line can be pasted."""
+    invoked = Path(sys.argv[0]) if sys.argv else None
+    if invoked is not None and invoked.name == "otel-blame" and str(invoked.parent) not in ("", "."):
+        on_path = shutil.which("otel-blame")
+        return "otel-blame" if on_path and Path(on_path).resolve() == invoked.resolve() else str(invoked)
+    return "otel-blame"
