@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="runs per command (median reported)")
     args = parser.parse_args()
     script = shutil.which("otel-blame") or str(Path(sys.executable).parent / "otel-blame")
-    eager = "import otel_blame.cli, otel_blame.attribution.cli, otel_blame.processor.cli, otel_blame.demo"
+    eager = "import otel_blame.cli, otel_blame.attribution.cli, otel_blame.commands.serve, otel_blame.demo"
     cases = {
         "python -c pass (baseline)": [sys.executable, "-c", "pass"],
         "otel-blame --version": [script, "--version"],

@@ -325,8 +325,7 @@ def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
     """What leaves the machine for an LLM method is redacted, as in the processor."""
     if not is_llm_method(method_name):
         return trajectory
-    from otel_blame.processor.attributor import redact_trajectory
-    from otel_blame.redaction import Redactor
+    from otel_blame.redaction import Redactor, redact_trajectory
 
     return redact_trajectory(trajectory, Redactor())
 
