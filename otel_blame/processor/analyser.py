@@ -89,6 +89,7 @@ class AnalysisStage:
         self._cross_run = cross_run
         self.workers = analysis_workers(config)
         self._detector = FailureDetector(config.detection)
+        self._redactor = redactor
         self._pool = self._start_pool(redactor)
         # (trace, its analysis, late, only observing a success)
         self._results: queue.SimpleQueue[tuple[BufferedTrace, Future[Analysis], bool, bool] | None] = (
@@ -98,6 +99,7 @@ class AnalysisStage:
         self._failed_pending = 0  # ... of which failed traces
         self._lock = threading.Condition()
         self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
+        self._closed = threading.Event()
         self._finisher = threading.Thread(target=self._finish_loop, name="otel-blame-finish", daemon=True)
         self._finisher.start()
 
@@ -124,7 +126,7 @@ class AnalysisStage:
             self.workers,
             mp_context=context,
             initializer=pure.start_worker,
-            initargs=(attribution, self._config.detection, sent),
+            initargs=(attribution, self._config.detection, sent, os.getpid()),
         )
         # start them now rather than on the first failed trace (see wait_ready)
         self._warming = [pool.submit(pure.warm_up) for _ in range(self.workers)]
@@ -133,10 +135,23 @@ class AnalysisStage:
     _warming: list[Future[None]] = []
 
     def wait_ready(self, timeout: float) -> None:
-        """Until every worker process has started (a fresh one imports the analysis first)."""
+        """Until every worker process has started (a fresh one imports the analysis first). Worker
+        processes that cannot start (a main module that starts the processor when imported, without
+        the ``if __name__ == "__main__":`` guard multiprocessing needs) leave the analysis in threads."""
         deadline = time.monotonic() + timeout
-        for future in self._warming:
-            future.result(max(0.0, deadline - time.monotonic()))
+        try:
+            for future in self._warming:
+                future.result(max(0.0, deadline - time.monotonic()))
+        except Exception as error:
+            log.warning(
+                "analysis worker processes did not start (%s: %s); analysing in %d threads instead",
+                type(error).__name__,
+                error,
+                self.workers,
+            )
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._run_here = AttributionRunner(self._config.attribution, self._redactor)
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
         self._warming = []
 
     _run_here: AttributionRunner | None = None
@@ -218,6 +233,9 @@ class AnalysisStage:
     def _finish_loop(self) -> None:
         while (item := self._results.get()) is not None:
             trace, future, late, observing = item
+            if self._closed.is_set():  # stopped before it finished: its rows stay in the log
+                self._done(failed=not observing)
+                continue
             try:
                 analysis = future.result()
                 if observing:
@@ -318,6 +336,9 @@ class AnalysisStage:
             return not self._pending
 
     def close(self) -> None:
+        """Stop: analyses not finished by now are dropped (their traces stay in the write-ahead log
+        and are analysed again on the next start; a forwarded one loses only its late blame)."""
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._results.put(None)
         self._finisher.join(5)

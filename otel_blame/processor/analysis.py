@@ -13,6 +13,8 @@ Whether a trace is blamed at all is decided in ONE place, :func:`blame_or_not`.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -175,17 +177,26 @@ _runner: AttributionRunner | None = None
 _detector: FailureDetector | None = None
 
 
-WORKER_NICENESS = 10
-
-
-def start_worker(config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None) -> None:
-    """A worker process's initializer: its own attribution method (and LLM client). Workers run
-    at a lower CPU priority: when cores are short, receiving and forwarding come first and the
-    blame later (forward first), never the other way round."""
+def start_worker(
+    config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None, processor_pid: int
+) -> None:
+    """A worker process's initializer: its own attribution method (and LLM client), and a watch on
+    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
     global _runner, _detector
-    os.nice(WORKER_NICENESS)
     _runner = AttributionRunner(config, redactor)
     _detector = FailureDetector(detection)
+    threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass  # alive, another user's (cannot be ours, but never exit on a doubt)
 
 
 def run_job(job: AnalysisJob) -> Analysis:

@@ -5,11 +5,17 @@ or writes the blame onto its spans (:class:`~otel_blame.processor.enricher.Blame
 exports those, or, for a trace that went out already, exports one late ``blame {agent}`` span
 (durable in the write-ahead log before it is sent); it keeps completed traces for late verdicts
 and publishes each trace's verdict to the listeners (:mod:`.listeners`).
+
+Late blame spans of traces forwarded first (:mod:`.analyser`) come in bursts when a backlog
+drains; :class:`LateSpanWriter` stores all that wait in one log row (one fsync) and sends them as
+one request, instead of one durable write each.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -58,6 +64,13 @@ class EnrichExportStage:
         self._enricher = enricher
         self._bus = bus
         self._counters = counters
+        self._late_spans = LateSpanWriter(wal, exporter, counters)
+
+    def wait_idle(self, deadline: float) -> bool:
+        return self._late_spans.wait_idle(deadline)
+
+    def close(self) -> None:
+        self._late_spans.close()
 
     def consume(self, item: Analysed) -> None:
         trace, handling = item.trace, item.handling
@@ -98,28 +111,25 @@ class EnrichExportStage:
     def blame_late(self, item: Analysed, *, remember: bool) -> str:
         """One ``blame {agent}`` span for a trace that went out already; returns its span id.
 
-        Raises the log's error when the span cannot be stored (a verdict then asks to retry);
-        ``remember``: also note the blame on the retained copy (a later verdict finds it)."""
+        ``remember`` (a trace forwarded first, a late failed root): the span joins the next batch
+        of late spans, and the blame is noted on the retained copy (a later verdict finds it).
+        Otherwise (a verdict waiting for its answer) it is stored now, and the log's error raised
+        when it cannot be (the verdict then asks to retry)."""
         analysis, attribution = item.analysis, item.attribution
         assert analysis is not None and analysis.trajectory is not None and attribution is not None
         resource = Resource.FromString(analysis.resource) if analysis.resource else None
         payload, evaluation = self._enricher.late_blame_span(analysis.trajectory, attribution, resource)
-        try:
-            row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
-        except (WALFull, WALStorageError, WALClosed) as error:
-            if not remember:
-                raise
-            self._counters.add("late_blames_dropped")
-            log.warning("trace %s: late blame span not sent: %s", item.trace.trace_id.hex(), error)
-            self._publish(item, Outcome.FAILURE)
-            return evaluation.span_id.hex()
-        self._publish(item, Outcome.FAILURE)
-        self._exporter.consume(ExportItem(TRACES, payload, [row], 1))
         if remember:
+            self._publish(item, Outcome.FAILURE)
+            self._late_spans.put(payload)
             kept = self._retained.get(item.trace.trace_id, time.monotonic())
             if kept is not None:
                 with kept.lock:
                     kept.attribution = kept.attribution or attribution
+        else:
+            row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
+            self._publish(item, Outcome.FAILURE)
+            self._exporter.consume(ExportItem(TRACES, payload, [row], 1))
         self._send_evaluation_log(evaluation, analysis.resource, item.trace.trace_id.hex())
         return evaluation.span_id.hex()
 
@@ -158,3 +168,63 @@ class EnrichExportStage:
             log.warning("trace %s: evaluation log record not sent: %s", trace_hex, error)
             return
         self._exporter.consume(ExportItem(LOGS, payload, [row], 1))
+
+
+class LateSpanWriter:
+    """Stores the late blame spans that wait in one write-ahead log row and sends them as one
+    request (serialised requests concatenate into one), on its own thread."""
+
+    def __init__(
+        self, wal: WriteAheadLog, exporter: OTLPExporter, counters: Counters, max_batch: int = 1000
+    ) -> None:
+        self._wal = wal
+        self._exporter = exporter
+        self._counters = counters
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._waiting = 0
+        self._idle = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="otel-blame-late-spans", daemon=True)
+        self._thread.start()
+
+    def put(self, payload: bytes) -> None:
+        with self._idle:
+            self._waiting += 1
+        self._queue.put(payload)
+
+    def wait_idle(self, deadline: float) -> bool:
+        with self._idle:
+            while self._waiting and time.monotonic() < deadline:
+                self._idle.wait(0.05)
+            return not self._waiting
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch = [first]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            body = b"".join(batch)
+            try:
+                row = self._wal.append(KIND_DIRECT_TRACES, body, parts=1)
+            except (WALFull, WALStorageError, WALClosed) as error:
+                self._counters.add("late_blames_dropped", len(batch))
+                log.warning("%d late blame span(s) not sent: %s", len(batch), error)
+            else:
+                self._exporter.consume(ExportItem(TRACES, body, [row], len(batch)))
+            with self._idle:
+                self._waiting -= len(batch)
+                self._idle.notify_all()
+            if stop:
+                return

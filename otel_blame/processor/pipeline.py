@@ -113,6 +113,7 @@ class BlameProcessor:
         self._cross_run: CrossRunStatistics | None = None
         self._bus: VerdictBus | None = None
         self._analysis: AnalysisStage | None = None
+        self._export: EnrichExportStage | None = None
         self._late: LateVerdicts | None = None
         self._stage: AssemblyStage | None = None
         self._ingest: Ingest | None = None
@@ -191,7 +192,7 @@ class BlameProcessor:
         queued.append(AlertingListener(config.alerting.repeated_culprit, self.counters, self._notifier))
         queued.append(self._blame_listeners)
         bus = self._bus = VerdictBus(inline=[MetricsListener(self.metrics, self.counters)], queued=queued)
-        export = EnrichExportStage(
+        export = self._export = EnrichExportStage(
             config.enrichment,
             wal=wal,
             exporter=exporter,
@@ -227,6 +228,7 @@ class BlameProcessor:
         deadline = time.monotonic() + (self.config.shutdown_timeout if timeout is None else timeout)
         assert self._ingest is not None and self._stage is not None and self._analysis is not None
         assert self._exporter is not None and self._wal is not None and self._bus is not None
+        assert self._export is not None
         self._ingest.accepting = False
         if self._grpc is not None:
             self._grpc.stop(grace=min(2.0, max(0.0, deadline - time.monotonic())))
@@ -234,6 +236,7 @@ class BlameProcessor:
         self._stage.drain()
         self._analysis.wait_idle(deadline)
         self._bus.wait_idle(deadline)
+        self._export.wait_idle(deadline)
         self._exporter.flush(max(0.0, deadline - time.monotonic()))
         self._teardown()
         delivered = self._wal.empty
@@ -249,10 +252,12 @@ class BlameProcessor:
             self._http.stop()
         if self._stage is not None:
             self._stage.stop()
-        if self._exporter is not None:
-            self._exporter.close()
         if self._analysis is not None:
             self._analysis.close()
+        if self._export is not None:
+            self._export.close()
+        if self._exporter is not None:
+            self._exporter.close()
         if self._bus is not None:
             self._bus.close()
         if self._notifier is not None:
