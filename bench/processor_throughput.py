@@ -246,7 +246,7 @@ class OtelBlameServer(Server):
         env = {
             **os.environ,
             "OTEL_BLAME_ASSEMBLY__MAX_TRACES": os.environ.get("OTEL_BLAME_ASSEMBLY__MAX_TRACES", "100000"),
-            "OTEL_BLAME_SHUTDOWN_TIMEOUT": "120",  # the run waits for every blame itself
+            "OTEL_BLAME_SHUTDOWN_TIMEOUT": "30",
         }
         if not store:
             env["OTEL_BLAME_STORE__ENABLED"] = "false"
@@ -293,7 +293,7 @@ class OtelBlameServer(Server):
 
     def stop(self) -> None:
         self._process.send_signal(signal.SIGTERM)
-        self._process.wait(60)
+        self._process.wait(120)
 
 
 class CollectorServer(Server):
@@ -423,7 +423,7 @@ def run(  # noqa: ANN001
         all_delivered_after = time.monotonic() - load_stopped
         blamed_after = None  # seconds after the load stopped until every failed trace was blamed
         if server.counters():
-            deadline = load_stopped + 120
+            deadline = load_stopped + 90
             while time.monotonic() < deadline:
                 if server.counters()["attributed_traces"] >= acked_failed:
                     blamed_after = round(time.monotonic() - load_stopped, 1)
