@@ -119,7 +119,7 @@ def scaling(failed: list) -> None:  # noqa: ANN001 - TraceGroups
             workers,
             mp_context=context,
             initializer=analysis.start_worker,
-            initargs=(AttributionConfig(), DetectionConfig(), None),
+            initargs=(AttributionConfig(), DetectionConfig(), None, os.getpid()),
         ) as pool:
             for warm in [pool.submit(analysis.warm_up) for _ in range(workers)]:
                 warm.result()
