@@ -48,7 +48,7 @@ def main() -> None:
     script = shutil.which("otel-blame") or str(Path(sys.executable).parent / "otel-blame")
     eager = (
         "import otel_blame.cli, otel_blame.commands.attribute, otel_blame.commands.evaluate, "
-        "otel_blame.processor.cli, otel_blame.commands.demo"
+        "otel_blame.commands.serve, otel_blame.commands.demo"
     )
     cases = {
         "python -c pass (baseline)": [sys.executable, "-c", "pass"],

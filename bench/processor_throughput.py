@@ -241,12 +241,15 @@ class Server:
 class OtelBlameServer(Server):
     name = "otel-blame serve"
 
-    def __init__(self, sink_port: int, quiet: float, workdir: Path, retention: bool) -> None:
+    def __init__(self, sink_port: int, quiet: float, workdir: Path, retention: bool, *, store: bool) -> None:
         port = _free_port()
         env = {
             **os.environ,
             "OTEL_BLAME_ASSEMBLY__MAX_TRACES": os.environ.get("OTEL_BLAME_ASSEMBLY__MAX_TRACES", "100000"),
+            "OTEL_BLAME_SHUTDOWN_TIMEOUT": "30",
         }
+        if not store:
+            env["OTEL_BLAME_STORE__ENABLED"] = "false"
         if not retention:
             env["OTEL_BLAME_VERDICTS__MAX_TRACES"] = "0"
         self._process = subprocess.Popen(
@@ -280,6 +283,7 @@ class OtelBlameServer(Server):
     def counters(self) -> dict[str, int]:
         wanted = (
             "attributed_traces",
+            "forwarded_before_analysis",
             "assembly_overflow_traces",
             "assembly_oversized_traces",
             "fallback_attributions",
@@ -289,7 +293,7 @@ class OtelBlameServer(Server):
 
     def stop(self) -> None:
         self._process.send_signal(signal.SIGTERM)
-        self._process.wait(60)
+        self._process.wait(120)
 
 
 class CollectorServer(Server):
@@ -362,12 +366,13 @@ def run(  # noqa: ANN001
         idle_rss = _rss_bytes(server.pid)
         lock = threading.Lock()
         acked_spans = 0
+        acked_failed = 0
         refused = 0
         ack_times: dict[bytes, float] = {}
         stop = threading.Event()
 
         def send() -> None:
-            nonlocal acked_spans, refused
+            nonlocal acked_spans, acked_failed, refused
             factory = RequestFactory(traces_per_request)
             with grpc.insecure_channel(
                 server.endpoint, options=[("grpc.max_send_message_length", 64 << 20)]
@@ -390,6 +395,7 @@ def run(  # noqa: ANN001
                     acked = time.time()
                     with lock:
                         acked_spans += len(traces) * SPANS_PER_TRACE
+                        acked_failed += sum(failed for _, failed in traces)
                         for trace_id, failed in traces:
                             if not failed:
                                 ack_times[trace_id] = acked
@@ -409,10 +415,20 @@ def run(  # noqa: ANN001
         for thread in threads:
             thread.join(60)
         elapsed = time.monotonic() - started
+        load_stopped = time.monotonic()
         peak_rss = _rss_bytes(server.pid)
         deadline = time.monotonic() + quiet + 60
         while sink.poll() < acked_spans and time.monotonic() < deadline:
             time.sleep(0.2)
+        all_delivered_after = time.monotonic() - load_stopped
+        blamed_after = None  # seconds after the load stopped until every failed trace was blamed
+        if server.counters():
+            deadline = load_stopped + 90
+            while time.monotonic() < deadline:
+                if server.counters()["attributed_traces"] >= acked_failed:
+                    blamed_after = round(time.monotonic() - load_stopped, 1)
+                    break
+                time.sleep(0.2)
         counters = server.counters()
     finally:
         server.stop()
@@ -431,6 +447,9 @@ def run(  # noqa: ANN001
         "delivered_spans": delivered,
         "lost_spans": max(0, acked_spans - delivered),
         "refused_requests": refused,
+        "delivered_all_after_load_seconds": round(all_delivered_after, 1),
+        "failed_traces": acked_failed,
+        "all_failed_blamed_after_load_seconds": blamed_after,
         "successful_traces_measured": len(latencies),
         "latency_p50_seconds": round(statistics.median(latencies), 3) if latencies else None,
         "latency_p99_seconds": round(latencies[int(len(latencies) * 0.99) - 1], 3) if latencies else None,
@@ -449,6 +468,7 @@ def main() -> None:
     parser.add_argument("--senders", type=int, default=4, help="concurrent requests in flight")
     parser.add_argument("--traces-per-request", type=int, default=50, help="x 10 spans per request")
     parser.add_argument("--retention", action="store_true", help="keep completed traces for late verdicts")
+    parser.add_argument("--no-store", action="store_true", help="serve without its blame store (SQLite)")
     parser.add_argument(
         "--collector", type=Path, default=COLLECTOR, help="the Collector binary for the baseline"
     )
@@ -463,12 +483,14 @@ def main() -> None:
 
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}"
+        f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}"
     )
     runs = [None] + ([args.paced_rate] if args.paced_rate else [])
     for rate in runs:
         ours = run(
-            lambda port, quiet, workdir: OtelBlameServer(port, quiet, workdir, args.retention),
+            lambda port, quiet, workdir: OtelBlameServer(
+                port, quiet, workdir, args.retention, store=not args.no_store
+            ),
             args.duration,
             args.senders,
             args.traces_per_request,

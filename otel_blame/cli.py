@@ -37,12 +37,12 @@ COMMANDS: tuple[LazyCommand, ...] = (
     ),
     LazyCommand(
         "serve",
-        "otel_blame.processor.cli:serve",
+        "otel_blame.commands.serve:serve",
         "Run the blame processor in an OpenTelemetry pipeline.",
     ),
     LazyCommand(
         "verdict",
-        "otel_blame.processor.cli:verdict",
+        "otel_blame.commands.serve:verdict",
         "Send a late verdict (the run failed or succeeded) to a running processor.",
     ),
     LazyCommand(

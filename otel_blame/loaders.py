@@ -164,11 +164,6 @@ def _looks_like_otlp(data: Any) -> bool:
     return False
 
 
-def trajectory_from_otlp_json(text: str, source: str | None = None) -> Trajectory:
-    """OTLP JSON of one trace (file exporter lines or Jaeger ``/api/v3/traces``) -> Trajectory."""
-    return _trajectory_and_spans_from_otlp_json(text, source)[0]
-
-
 def _trajectory_and_spans_from_otlp_json(
     text: str, source: str | None = None
 ) -> tuple[Trajectory, list[Any]]:

@@ -144,14 +144,6 @@ def parse_traces_json(data: bytes | str) -> ExportTraceServiceRequest:
     return request
 
 
-def parse_logs_json(data: bytes | str) -> ExportLogsServiceRequest:
-    """One ExportLogsServiceRequest holding the log records of every document in ``data``."""
-    _, logs = parse_otlp_json(data)
-    request = ExportLogsServiceRequest()
-    request.resource_logs.extend(logs)
-    return request
-
-
 def _to_json_dict(message: Any) -> dict[str, Any]:
     tree = json_format.MessageToDict(message, preserving_proto_field_name=False)
     return _ids_b64_to_hex(tree)

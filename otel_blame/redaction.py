@@ -17,6 +17,10 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from otel_blame.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +299,16 @@ class Redactor:
         self._lock = threading.Lock()
         self._hook_failures = 0
 
+    def __getstate__(self) -> dict[str, object]:
+        """Picklable (to analysis worker processes) when its hook is: the lock is made anew."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def hook_failures(self) -> int:
         """How often the user hook raised or returned something other than a string."""
@@ -360,3 +374,17 @@ class RedactingLogFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = self._redactor(record.stack_info)
         return True
+
+
+def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
+    """A copy of a Trajectory with every piece of free text (task fields, step contents) redacted:
+    what an external LLM, a listener or the blame store may see of a run."""
+    task = trajectory.task.model_copy(
+        update={
+            key: redactor(value) if isinstance(value, str) else value
+            for key, value in trajectory.task.model_dump().items()
+            if key in ("name", "input", "expected_output", "final_output")
+        }
+    )
+    steps = [step.model_copy(update={"content": redactor(step.content)}) for step in trajectory.steps]
+    return trajectory.model_copy(update={"task": task, "steps": steps})

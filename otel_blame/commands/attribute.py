@@ -321,8 +321,7 @@ def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
 
     if not is_llm_method(method_name):
         return trajectory
-    from otel_blame.processor.attributor import redact_trajectory
-    from otel_blame.redaction import Redactor
+    from otel_blame.redaction import Redactor, redact_trajectory
 
     return redact_trajectory(trajectory, Redactor())
 

@@ -209,8 +209,8 @@ class InProcessProcessor(VerdictSource):
             }
             if settings.method:
                 ours["attribution"] = {"method": settings.method}
-            if "store" not in from_file:
-                ours["store"] = {"enabled": False}
+            for section in ("store", "ui"):  # `serve`'s sections: this in-process processor keeps no store
+                from_file.pop(section, None)
             config = load_config(environ={}, overrides=_deep_merge(from_file, ours))
             processor = BlameProcessor(config, listeners=[self._listen])
             processor.start()

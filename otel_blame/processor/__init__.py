@@ -13,7 +13,7 @@ __all__ = ["BlameProcessor", "ConfigError", "ProcessorConfig", "load_config"]
 
 
 def __getattr__(name: str) -> Any:
-    # imported on first use, so that `otel-blame serve` (otel_blame.processor.cli) can say which
+    # imported on first use, so that `otel-blame serve` (otel_blame.commands.serve) can say which
     # extra is missing instead of failing while its own package is imported
     if name == "BlameProcessor":
         from otel_blame.processor.pipeline import BlameProcessor

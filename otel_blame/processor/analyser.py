@@ -1,489 +1,355 @@
-"""Analysis: one ``analyse(trace, verdict?)`` for traces that complete and for late verdicts.
+"""The analysis stage: completed traces in, :class:`Analysed` traces out, analysis on every core.
 
-A trace is parsed once, failure is decided once (the root flags cut by the wire splitter, a
-verdict, or the parsed root), the configured method attributes it (with timeout and fallback,
-see :mod:`.attributor`), and then either the enricher writes ``blame.*`` onto the trace's spans
-(a completing trace) or a ``blame {agent}`` span is made (a late verdict). Whatever goes wrong in
-here, the trace is forwarded exactly as it arrived.
+It consumes each completed trace with its decision and hands on an :class:`Analysed` item:
 
-Listeners: :meth:`TraceAnalyser.add_listener` registers a callable that receives a
-:class:`FinishedAttribution` (trace id, service, the *redacted* trajectory, the attribution,
-the outcome, the wall-clock time) for every blame assigned. It runs on the analysis worker,
-one call at a time (listeners need not be thread-safe, and a SQLite blame store is not written
-by two workers at once, which made each wait in SQLite's busy handler: up to 100 ms a write);
-a listener that raises is logged and does not affect the trace. This is how a blame store (the
-web UI) plugs in.
+- not an agent trace, too big: on at once, unchanged;
+- not failed: on at once (``SUCCESS``); its trajectory is built afterwards, when few traces wait,
+  for the cross-run statistics (``OBSERVED``);
+- failed: the pure analysis (:mod:`.analysis`: parse, trajectory, attribute) runs in a worker
+  process, ``attribution.workers`` of them (default: one a core), so it is not held to one core
+  by the GIL; back here the workflow's cross-run evidence is read and the blame described, and
+  the trace goes on (``ANALYSED``) to be enriched and exported.
+
+Forward first: when more than ``attribution.forward_first_backlog`` failed traces already wait
+for analysis, a failed trace is not held back: it goes on at once, unchanged (``DEFERRED``), and
+when its analysis is done its blame follows as the late ``blame {agent}`` span. ``consume`` never
+waits for analysis, so ingest never does. Whatever goes wrong in an analysis, the trace is
+forwarded exactly as it arrived.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import pickle
+import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
-from otel_blame import semconv as sc
-from otel_blame.alerting.metrics import CulpritMetrics
-from otel_blame.alerting.repeated import RepeatedCulpritDetector
-from otel_blame.alerting.webhook import WebhookNotifier
-from otel_blame.attribution.cross_run import combine
+from otel_blame.attribution.registry import is_llm_method
 from otel_blame.attribution.result import Attribution
-from otel_blame.attribution.systemic import describe_failure
-from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
+from otel_blame.processor import analysis as pure
+from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob
 from otel_blame.processor.assembler import BufferedTrace
-from otel_blame.processor.attributor import AttributionRunner, redact_trajectory
+from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
-from otel_blame.processor.detector import FailureDetector
-from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
-from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
-from otel_blame.processor.retention import RetainedTraces
-from otel_blame.processor.wal import (
-    KIND_DIRECT_LOGS,
-    KIND_DIRECT_TRACES,
-    WALClosed,
-    WALFull,
-    WALStorageError,
-    WriteAheadLog,
-)
+from otel_blame.processor.decision import FailureDetector, TraceDecision
+from otel_blame.processor.listeners import FinishedAttribution
+from otel_blame.processor.stage import Consumer
 from otel_blame.redaction import Redactor
-from otel_blame.trajectory import Outcome, Trajectory
+
+__all__ = ["AnalysisStage", "Analysed", "FinishedAttribution", "Handling"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """A failure reported after the trace was exported (``POST /v1/verdicts``)."""
-
-    expected_output: str | None = None
-
-
-@dataclass(frozen=True)
-class FinishedAttribution:
-    """What listeners receive for each blame assigned."""
-
-    trace_id: str
-    service: str
-    trajectory: Trajectory  # redacted
-    attribution: Attribution
-    outcome: str
-    finished_at_unix: float
-    late: bool  # True: from a late verdict (a ``blame {agent}`` span), False: written onto the trace
+class Handling(StrEnum):
+    UNCHANGED = "unchanged"  # forward as it arrived; nothing to say about it
+    SUCCESS = "success"  # forward as it arrived and keep it for verdicts
+    OBSERVED = "observed"  # a success already forwarded: its verdict (with its trajectory, if built)
+    DEFERRED = "deferred"  # a failed trace forwarded before its analysis (forward first)
+    ANALYSED = "analysed"  # a failed trace analysed: enrich and export it, or blame it late
 
 
-@dataclass(frozen=True)
-class AnalysisResult:
-    status: str  # attributed | not_failed | no_trajectory | unattributed
-    attribution: Attribution | None = None
-    blame_span_id: str | None = None
-    problem: str | None = None
+@dataclass(frozen=True, slots=True)
+class Analysed:
+    trace: BufferedTrace
+    handling: Handling
+    analysis: Analysis | None = None
+    attribution: Attribution | None = None  # the final blame (cross-run weighed, described)
+    late: bool = False  # the trace went out already: its blame goes as a late ``blame {agent}`` span
 
 
-AttributionListener = Callable[[FinishedAttribution], None]
+def analysis_workers(config: ProcessorConfig) -> int:
+    return config.attribution.workers or len(os.sched_getaffinity(0)) or 1
 
 
-def forward_unchanged(exporter: OTLPExporter, trace: BufferedTrace) -> None:
-    """Send a trace on exactly as it arrived (its log rows are released on delivery)."""
-    if trace.span_payloads:
-        exporter.submit(TRACES, b"".join(trace.span_payloads), trace.span_refs, trace.spans)
-    if trace.log_payloads:
-        exporter.submit(LOGS, b"".join(trace.log_payloads), trace.log_refs, trace.log_records)
-
-
-class TraceAnalyser:
-    """Owns the one analysis worker pool; ``submit`` for completed traces, ``analyse`` to run one.
-
-    The attribution method runs on these workers too (``attribution.workers`` of them); its
-    timeout is a deadline the LLM client honours, not a second pool (see :mod:`.attributor`)."""
+class AnalysisStage:
+    """A :class:`~otel_blame.processor.stage.Consumer` of completed traces; owns the worker processes."""
 
     def __init__(
         self,
         config: ProcessorConfig,
         *,
-        wal: WriteAheadLog,
-        exporter: OTLPExporter,
-        retained: RetainedTraces,
+        out: Consumer[Analysed],
         counters: Counters,
-        metrics: CulpritMetrics,
-        enricher: BlameEnricher,
-        runner: AttributionRunner,
         redactor: Redactor,
-        notifier: WebhookNotifier | None,
         cross_run: CrossRunStatistics | None = None,
     ) -> None:
         self._config = config
-        self._cross_run = cross_run
-        self._wal = wal
-        self._exporter = exporter
-        self._retained = retained
+        self._out = out
         self._counters = counters
-        self._metrics = metrics
-        self._enricher = enricher
-        self._runner = runner
-        self._redactor = redactor
-        self._notifier = notifier
+        self._cross_run = cross_run
+        self.workers = analysis_workers(config)
         self._detector = FailureDetector(config.detection)
-        self._repeated = RepeatedCulpritDetector(config.alerting.repeated_culprit)
-        self._listeners: list[AttributionListener] = []
-        self._listener_lock = threading.Lock()  # listeners are called one at a time
-        self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
-        self._pool = ThreadPoolExecutor(
-            max_workers=config.attribution.workers, thread_name_prefix="otel-blame-analyse"
+        self._redactor = redactor
+        self._pool = self._start_pool(redactor)
+        # (trace, its analysis, late, only observing a success)
+        self._results: queue.SimpleQueue[tuple[BufferedTrace, Future[Analysis], bool, bool] | None] = (
+            queue.SimpleQueue()
         )
-        self._pending = 0
-        self._pending_lock = threading.Condition()
+        self._pending = 0  # jobs queued or running
+        self._failed_pending = 0  # ... of which failed traces
+        self._lock = threading.Condition()
+        self._warned: set[tuple[str, str]] = set()  # (service, what): logged once each
+        self._closed = threading.Event()
+        self._finisher = threading.Thread(target=self._finish_loop, name="otel-blame-finish", daemon=True)
+        self._finisher.start()
 
-    # -- listeners -------------------------------------------------------------------------------
-    def add_listener(self, listener: AttributionListener) -> None:
-        """Call ``listener`` with every blame assigned (see the module docstring)."""
-        self._listeners.append(listener)
+    def _start_pool(self, redactor: Redactor) -> Executor:
+        """Worker processes (a fork server, so the workers do not inherit gRPC's threads). A redactor
+        that cannot be sent to them (an embedding's hook, a lambda) keeps LLM attribution in threads
+        here: content goes to an LLM only through the processor's own redactor."""
+        attribution = self._config.attribution
+        needs_redactor = attribution.redact and (
+            is_llm_method(attribution.method) or is_llm_method(attribution.fallback_method)
+        )
+        sent: Redactor | None = None  # in-process methods: no LLM sees content, nothing to redact
+        if needs_redactor:
+            try:
+                pickle.dumps(redactor)
+                sent = redactor
+            except Exception:
+                self._run_here = AttributionRunner(attribution, redactor)
+                log.info("analysis in %d threads: the redactor cannot go to worker processes", self.workers)
+                return ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["otel_blame.processor.analysis"])
+        pool = ProcessPoolExecutor(
+            self.workers,
+            mp_context=context,
+            initializer=pure.start_worker,
+            initargs=(attribution, self._config.detection, sent, os.getpid()),
+        )
+        # start them now rather than on the first failed trace (see wait_ready)
+        self._warming = [pool.submit(pure.warm_up) for _ in range(self.workers)]
+        return pool
 
-    # -- scheduling ------------------------------------------------------------------------------
-    def submit(self, trace: BufferedTrace) -> None:
-        """Analyse a completed trace on the pool; when the pool is saturated, forward it as is."""
-        with self._pending_lock:
-            if self._pending >= self._config.assembly.max_traces:
-                self._counters.add("analysis_overflow_traces")
-                forward_unchanged(self._exporter, trace)
-                return
-            self._pending += 1
+    _warming: list[Future[None]] = []
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until every worker process has started (a fresh one imports the analysis first). Worker
+        processes that cannot start (a main module that starts the processor when imported, without
+        the ``if __name__ == "__main__":`` guard multiprocessing needs) leave the analysis in threads."""
+        deadline = time.monotonic() + timeout
         try:
-            self._pool.submit(self._run, trace, time.monotonic())
-        except RuntimeError:  # shutting down
-            self._done()
-            forward_unchanged(self._exporter, trace)
-
-    def observe(self, trace: BufferedTrace) -> None:
-        """Count a successful trace (already forwarded) in the cross-run statistics, on the pool; skipped
-        (and counted) once ``cross_run.success_backlog`` traces wait, so successes never hold back
-        failures: counting one costs a parse and a trajectory, as much CPU as most of a blame."""
-        if self._cross_run is None or not self._config.cross_run.observe_successes:
-            return
-        with self._pending_lock:
-            if self._pending >= self._config.cross_run.success_backlog:
-                self._counters.add("cross_run_skipped_traces")
-                return
-            self._pending += 1
-        try:
-            self._pool.submit(self._observe_success, trace)
-        except RuntimeError:  # shutting down
-            self._done()
-
-    def _observe_success(self, trace: BufferedTrace) -> None:
-        try:
-            request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
-            built = build_trajectory(list(request.resource_spans))
-            resource = _resource_of(request, built.trajectory.root_span_id)
-            self._observe(_service(resource) or built.notes.service, built.trajectory, failed=False)
-        except ValueError:
-            pass  # no agent steps: nothing to count
-        except Exception:
-            log.exception("counting trace %s in the cross-run statistics failed", trace.trace_id.hex())
-        finally:
-            self._done()
-
-    def _observe(
-        self, service: str, trajectory: Trajectory, *, failed: bool, blamed_step: int | None = None
-    ) -> None:
-        if self._cross_run is None:
-            return
-        key = workflow_key(service, trajectory, self._config.cross_run.workflow_key)
-        try:
-            if self._cross_run.observe(key, trajectory, failed=failed, blamed_step=blamed_step):
-                self._counters.add("cross_run_observed_runs")
-            else:
-                self._counters.add("cross_run_skipped_traces")
-        except sqlite3.Error as error:
-            self._counters.add("cross_run_errors")
-            log.warning("cross-run statistics: could not count trace %s: %s", trajectory.trace_id, error)
-
-    def _with_cross_run(self, service: str, trajectory: Trajectory, attribution: Attribution) -> Attribution:
-        """The attribution combined with its workflow's cross-run evidence (unchanged without any)."""
-        if self._cross_run is None:
-            return attribution
-        settings = self._config.cross_run
-        try:
-            evidence = self._cross_run.evidence(
-                workflow_key(service, trajectory, settings.workflow_key), trajectory
+            for future in self._warming:
+                future.result(max(0.0, deadline - time.monotonic()))
+        except Exception as error:
+            log.warning(
+                "analysis worker processes did not start (%s: %s); analysing in %d threads instead",
+                type(error).__name__,
+                error,
+                self.workers,
             )
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._run_here = AttributionRunner(self._config.attribution, self._redactor)
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
+        self._warming = []
+
+    _run_here: AttributionRunner | None = None
+
+    def _submit(self, job: AnalysisJob) -> Future[Analysis]:
+        if self._run_here is not None:
+            return self._pool.submit(pure.analyse, job, self._run_here, self._detector)
+        return self._pool.submit(pure.run_job, job)
+
+    # -- the stage -------------------------------------------------------------------------------
+    def consume(self, trace: BufferedTrace) -> None:
+        if trace.overflowed or not trace.has_agent or not trace.span_payloads:
+            self._out.consume(Analysed(trace, Handling.UNCHANGED))
+            return
+        if not trace.decision.failed and trace.decision.decided:
+            self._out.consume(Analysed(trace, Handling.SUCCESS))
+            self._observe(trace)
+            return
+        with self._lock:
+            if self._failed_pending >= self._config.assembly.max_traces:
+                self._counters.add("analysis_overflow_traces")
+                overflow = True
+            else:
+                overflow = False
+                deferred = self._failed_pending >= self._config.attribution.forward_first_backlog
+        if overflow:
+            self._out.consume(Analysed(trace, Handling.UNCHANGED))
+            return
+        if deferred:
+            self._counters.add("forwarded_before_analysis")
+            self._out.consume(Analysed(trace, Handling.DEFERRED))
+        self._schedule(trace, trace.decision, late=deferred)
+
+    def consume_late(self, trace: BufferedTrace, decision: TraceDecision) -> None:
+        """A trace already exported that turned out failed (a late failed root): blame it late."""
+        self._schedule(trace, decision, late=True)
+
+    def analyse_now(self, trace: BufferedTrace, decision: TraceDecision) -> Analysed:
+        """Analyse a trace already exported (a verdict) and wait for it; raises what the analysis raised."""
+        job = _job(trace, decision)
+        analysis = self._submit(job).result()
+        return self._analysed(trace, analysis, late=True)
+
+    def _schedule(self, trace: BufferedTrace, decision: TraceDecision, *, late: bool) -> None:
+        with self._lock:
+            self._pending += 1
+            self._failed_pending += 1
+        try:
+            future = self._submit(_job(trace, decision))
+        except RuntimeError:  # shutting down
+            self._done(failed=True)
+            if not late:
+                self._out.consume(Analysed(trace, Handling.UNCHANGED))
+            return
+        future.add_done_callback(lambda done: self._results.put((trace, done, late, False)))
+
+    def _observe(self, trace: BufferedTrace) -> None:
+        """A success's trajectory for the cross-run statistics, built only while few traces wait (a
+        failure's blame comes first); else its verdict goes on without one (counted as skipped)."""
+        if self._cross_run is None or not self._config.cross_run.observe_successes:
+            self._out.consume(Analysed(trace, Handling.OBSERVED))
+            return
+        with self._lock:
+            busy = self._pending >= self._config.cross_run.success_backlog
+            if not busy:
+                self._pending += 1
+        if busy:
+            self._counters.add("cross_run_skipped_traces")
+            self._out.consume(Analysed(trace, Handling.OBSERVED))
+            return
+        try:
+            future = self._submit(_job(trace, trace.decision, attribute=False))
+        except RuntimeError:  # shutting down
+            self._done(failed=False)
+            return
+        future.add_done_callback(lambda done: self._results.put((trace, done, False, True)))
+
+    # -- results ---------------------------------------------------------------------------------
+    def _finish_loop(self) -> None:
+        while (item := self._results.get()) is not None:
+            trace, future, late, observing = item
+            if self._closed.is_set():  # stopped before it finished: its rows stay in the log
+                self._done(failed=not observing)
+                continue
+            try:
+                analysis = future.result()
+                if observing:
+                    built = analysis if analysis.status == pure.BUILT else None
+                    self._out.consume(Analysed(trace, Handling.OBSERVED, built))
+                elif not analysis.decision.failed:  # a trace without root, decided here: it did not fail
+                    self._not_failed(trace, analysis, late=late)
+                else:
+                    self._out.consume(self._analysed(trace, analysis, late=late))
+            except Exception:
+                self._counters.add("analysis_errors")
+                log.exception("analysing trace %s failed; forwarding it unchanged", trace.trace_id.hex())
+                if observing:
+                    self._out.consume(Analysed(trace, Handling.OBSERVED))
+                elif not late:
+                    self._out.consume(Analysed(trace, Handling.UNCHANGED))
+            finally:
+                self._done(failed=not observing)
+
+    def _not_failed(self, trace: BufferedTrace, analysis: Analysis, *, late: bool) -> None:
+        if not late:
+            self._out.consume(Analysed(trace, Handling.SUCCESS))
+        if analysis.status == pure.BUILT:
+            self._out.consume(Analysed(trace, Handling.OBSERVED, analysis))
+        else:
+            self._counters.add("no_trajectory_traces")
+
+    def _analysed(self, trace: BufferedTrace, analysis: Analysis, *, late: bool) -> Analysed:
+        """The worker's analysis finished here: counted, weighed against the cross-run evidence, described."""
+        trace_hex = trace.trace_id.hex()
+        if analysis.status == NO_TRAJECTORY:
+            self._counters.add("no_trajectory_traces")
+            log.debug("trace %s: %s; not attributed", trace_hex, analysis.problem)
+            self._warn_once(
+                analysis.problem_service or "unknown_service",
+                "no_trajectory",
+                f"failed trace not attributed: {analysis.problem}",
+            )
+            return Analysed(trace, Handling.ANALYSED, analysis, late=late)
+        if analysis.steps_named_by_service:
+            self._counters.add("agent_from_service_traces")
+            self._warn_once(
+                analysis.workflow_service,
+                "agent_from_service",
+                f"{analysis.steps_named_by_service} step(s) of trace {trace_hex} name no agent "
+                "(no agent span, graph node or system prompt names one); blamed as the service",
+            )
+        if analysis.fell_back:
+            self._counters.add("fallback_attributions")
+        attribution = analysis.attribution
+        if analysis.status == ATTRIBUTED and attribution is not None and analysis.trajectory is not None:
+            described = pure.describe(
+                analysis.trajectory, attribution, self._evidence(analysis), self._config.cross_run
+            )
+            if described.step != attribution.step:
+                self._counters.add("cross_run_changed_verdicts")
+            attribution = described
+        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late)
+
+    def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
+        if self._cross_run is None or analysis.trajectory is None:
+            return None
+        key = workflow_key(
+            analysis.workflow_service, analysis.trajectory, self._config.cross_run.workflow_key
+        )
+        try:
+            return self._cross_run.evidence(key, analysis.trajectory)
         except sqlite3.Error as error:
             self._counters.add("cross_run_errors")
             log.warning("cross-run statistics: could not read evidence: %s", error)
-            return attribution
-        combined = combine(
-            trajectory,
-            attribution,
-            evidence,
-            weight=settings.weight,
-            prior_runs=settings.prior_runs,
-            min_failing_runs=settings.min_failing_runs,
-        )
-        if combined.step != attribution.step:
-            self._counters.add("cross_run_changed_verdicts")
-        return combined
-
-    def submit_late_root(self, trace_id: bytes) -> None:
-        """The failed root of a trace released without it: blame it as a late verdict would."""
-        self._counters.add("late_root_failures")
-
-        def blame() -> None:
-            retained = self._retained.get(trace_id, time.monotonic())
-            if retained is None:
-                log.info("trace %s: failed root arrived late; trace no longer retained", trace_id.hex())
-                return
-            try:
-                self.verdict(retained_trace(retained), Verdict())
-            except Exception:
-                log.exception("trace %s: attributing a late failed root failed", trace_id.hex())
-
-        try:
-            self._pool.submit(blame)
-        except RuntimeError:
-            pass
-
-    def wait_idle(self, deadline: float) -> None:
-        with self._pending_lock:
-            while self._pending and time.monotonic() < deadline:
-                self._pending_lock.wait(0.1)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._runner.close()
-
-    def _done(self) -> None:
-        with self._pending_lock:
-            self._pending -= 1
-            self._pending_lock.notify_all()
-
-    def _run(self, trace: BufferedTrace, submitted_at: float) -> None:
-        try:
-            self.analyse(trace, submitted_at=submitted_at)
-        except Exception:
-            self._counters.add("analysis_errors")
-            log.exception("analysing trace %s failed; forwarding it unchanged", trace.trace_id.hex())
-            forward_unchanged(self._exporter, trace)
-        finally:
-            self._done()
-
-    # -- the analysis ----------------------------------------------------------------------------
-    def analyse(
-        self, trace: BufferedTrace, verdict: Verdict | None = None, *, submitted_at: float | None = None
-    ) -> AnalysisResult:
-        """Parse, decide, attribute, then enrich and export (or, with a verdict, add a blame span).
-
-        ``submitted_at`` (``time.monotonic()``) is when the trace was queued: the attribution
-        timeout counts from it.
-
-        Without a verdict the trace has not been exported yet and is exported here, enriched or
-        unchanged; an exception raised from here means it was not exported (the caller forwards
-        it). With a verdict the trace went out already: only the blame span is exported.
-        """
-        trace_hex = trace.trace_id.hex()
-        request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
-        logs = (
-            ExportLogsServiceRequest.FromString(b"".join(trace.log_payloads)) if trace.log_payloads else None
-        )
-        try:
-            built = build_trajectory(list(request.resource_spans), list(logs.resource_logs) if logs else ())
-        except ValueError as error:
-            log.debug("trace %s: %s; not attributed", trace_hex, error)
-            self._counters.add("no_trajectory_traces")
-            if verdict is not None:
-                raise ValueError(f"trace {trace_hex} cannot be attributed: {error}") from None
-            roots = (
-                s
-                for rs in request.resource_spans
-                for ss in rs.scope_spans
-                for s in ss.spans
-                if not s.parent_span_id
-            )
-            if trace.root_failed or trace.verdict_failed or any(self._detector.is_failed(r) for r in roots):
-                # failed, but no agent steps to blame: counted and said once per service, never silent
-                self._counters.add("unattributed_failed_traces")
-                self._metrics.record_trace(Outcome.FAILURE, False)
-                service = error.service if isinstance(error, NoTrajectory) else None
-                reason = error.reason if isinstance(error, NoTrajectory) else str(error)
-                self._warn_once(
-                    service or "unknown_service", "no_trajectory", f"failed trace not attributed: {reason}"
-                )
-            self._finish_unchanged(trace)
-            return AnalysisResult("no_trajectory", problem=str(error))
-        trajectory = built.trajectory
-        if built.notes.guessed:
-            self._counters.add("agent_from_service_traces")
-            self._warn_once(
-                built.notes.service,
-                "agent_from_service",
-                f"{built.notes.agent_from_service} step(s) of trace {trace_hex} name no agent "
-                "(no agent span, graph node or system prompt names one); blamed as the service",
-            )
-        failed = verdict is not None or trace.root_failed or trace.verdict_failed
-        if not failed:
-            root = _find_span(request, trajectory.root_span_id)
-            failed = root is not None and self._detector.is_failed(root)
-        resource = _resource_of(request, trajectory.root_span_id)
-        service = _service(resource) or built.notes.service
-        if not failed:
-            self._finish_unchanged(trace)
-            self._metrics.record_trace(trajectory.outcome.value, False)
-            if self._config.cross_run.observe_successes:
-                self._observe(service, trajectory, failed=False)
-            return AnalysisResult("not_failed")
-        trajectory = _as_failed(trajectory, verdict.expected_output if verdict else trace.expected_output)
-        outcome = self._runner.attribute(trajectory, submitted_at=submitted_at)
-        if outcome.fell_back:
-            self._counters.add("fallback_attributions")
-        attribution = outcome.attribution
-        if attribution is None:
-            if verdict is not None:
-                raise ValueError(f"trace {trace_hex} could not be attributed: {outcome.problem}")
-            self._counters.add("unattributed_failed_traces")
-            self._metrics.record_trace(Outcome.FAILURE, False)
-            self._finish_unchanged(trace)
-            return AnalysisResult("unattributed", problem=outcome.problem)
-        attribution = self._with_cross_run(service, trajectory, attribution)
-        attribution = describe_failure(trajectory, attribution)  # LLM methods leave the category open
-        blame_span_id = None
-        if verdict is None:
-            evaluation = self._enricher.enrich(request.resource_spans, trajectory, attribution)
-            enriched = request.SerializeToString()
-            self._exporter.submit(TRACES, enriched, trace.span_refs, trace.spans)
-            if trace.log_payloads:
-                self._exporter.submit(LOGS, b"".join(trace.log_payloads), trace.log_refs, trace.log_records)
-            self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
-        else:
-            payload, evaluation = self._enricher.late_blame_span(trajectory, attribution, resource)
-            row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
-            self._exporter.submit(TRACES, payload, [row], 1)
-            blame_span_id = evaluation.span_id.hex()
-        if evaluation is not None and self._config.enrichment.evaluation_log_records:
-            self._send_evaluation_log(evaluation, resource, trace_hex)
-        self._record_blame(trajectory, attribution, _service(resource), trace_hex, late=verdict is not None)
-        self._observe(service, trajectory, failed=True, blamed_step=attribution.step)
-        return AnalysisResult("attributed", attribution, blame_span_id)
-
-    def _send_evaluation_log(
-        self, evaluation: EvaluationEvent, resource: Resource | None, trace_hex: str
-    ) -> None:
-        """The evaluation event as a log record, durable like a late span (logged before it is sent).
-        The blame is already on the spans, so a log that cannot store it costs only this copy."""
-        payload = evaluation_log_request(evaluation, resource)
-        try:
-            row = self._wal.append(KIND_DIRECT_LOGS, payload, parts=1)
-        except (WALFull, WALStorageError, WALClosed) as error:
-            self._counters.add("evaluation_logs_dropped")
-            log.warning("trace %s: evaluation log record not sent: %s", trace_hex, error)
-            return
-        self._exporter.submit(LOGS, payload, [row], 1)
-
-    def verdict(self, trace: BufferedTrace, verdict: Verdict) -> AnalysisResult:
-        return self.analyse(trace, verdict)
+            return None
 
     def _warn_once(self, service: str, what: str, reason: str) -> None:
         """A trace problem the operator should fix in the app's instrumentation: logged once per service."""
-        with self._pending_lock:
+        with self._lock:
             if (service, what) in self._warned:
                 return
             self._warned.add((service, what))
         log.warning("service %s: %s (logged once per service)", service, reason)
 
-    def _finish_unchanged(self, trace: BufferedTrace) -> None:
-        forward_unchanged(self._exporter, trace)
-        self._retained.keep(trace.trace_id, time.monotonic(), trace.span_payloads, trace.log_payloads)
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
 
-    def _record_blame(
-        self, trajectory: Trajectory, attribution: Attribution, service: str, trace_id: str, *, late: bool
-    ) -> None:
-        self._counters.add("attributed_traces")
-        self._metrics.record_trace(Outcome.FAILURE, True)
-        self._metrics.record_attribution(attribution, service)
-        alert = self._repeated.observe(service, attribution.agent, trace_id)
-        if alert is not None:
-            self._counters.add("alerts")
-            log.warning(
-                "agent %r of %r blamed %d times in %.0f s",
-                alert.agent,
-                service,
-                alert.count,
-                alert.window_seconds,
-            )
-            if self._notifier is not None:
-                self._notifier.notify(alert)
-        if not self._listeners:
-            return
-        finished = FinishedAttribution(
-            trace_id=trace_id,
-            service=service,
-            trajectory=redact_trajectory(trajectory, self._redactor),
-            attribution=attribution,
-            outcome=Outcome.FAILURE.value,
-            finished_at_unix=time.time(),
-            late=late,
-        )
-        with self._listener_lock:
-            for listener in list(self._listeners):
-                try:
-                    listener(finished)
-                except Exception:
-                    log.exception("attribution listener %r failed", listener)
+    def _done(self, *, failed: bool) -> None:
+        with self._lock:
+            self._pending -= 1
+            if failed:
+                self._failed_pending -= 1
+            self._lock.notify_all()
+
+    def wait_idle(self, deadline: float) -> bool:
+        with self._lock:
+            while self._pending and time.monotonic() < deadline:
+                self._lock.wait(0.1)
+            return not self._pending
+
+    def close(self) -> None:
+        """Stop: analyses not finished by now are dropped (their traces stay in the write-ahead log
+        and are analysed again on the next start; a forwarded one loses only its late blame)."""
+        self._closed.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._results.put(None)
+        self._finisher.join(5)
 
 
-def retained_trace(retained: Any) -> BufferedTrace:
-    """A retained (already exported) trace, in the shape ``analyse`` takes."""
-    now = time.monotonic()
-    return BufferedTrace(
-        trace_id=retained.trace_id,
-        first_seen=now,
-        last_seen=now,
-        span_payloads=list(retained.span_payloads),
-        log_payloads=list(retained.log_payloads),
-        has_root=True,
-        has_agent=True,
+def _job(trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = True) -> AnalysisJob:
+    return AnalysisJob(
+        trace.trace_id,
+        tuple(trace.span_payloads),
+        tuple(trace.log_payloads),
+        decision,
+        time.monotonic(),
+        attribute,
     )
-
-
-def _as_failed(trajectory: Trajectory, expected_output: str | None) -> Trajectory:
-    task = trajectory.task
-    if expected_output is not None:
-        task = task.model_copy(update={"expected_output": expected_output})
-    return trajectory.model_copy(update={"outcome": Outcome.FAILURE, "task": task})
-
-
-def _find_span(request: ExportTraceServiceRequest, span_id_hex: str | None) -> Span | None:
-    if not span_id_hex:
-        return None
-    wanted = bytes.fromhex(span_id_hex)
-    for resource in request.resource_spans:
-        for scope in resource.scope_spans:
-            for span in scope.spans:
-                if span.span_id == wanted:
-                    return span
-    return None
-
-
-def _resource_of(request: ExportTraceServiceRequest, span_id_hex: str | None) -> Resource | None:
-    if not span_id_hex:
-        return None
-    wanted = bytes.fromhex(span_id_hex)
-    for resource in request.resource_spans:
-        for scope in resource.scope_spans:
-            if any(span.span_id == wanted for span in scope.spans):
-                return resource.resource
-    return None
-
-
-def _service(resource: Resource | None) -> str:
-    if resource is None:
-        return ""
-    return str(attributes_to_dict(resource.attributes).get(sc.SERVICE_NAME, ""))

@@ -6,6 +6,10 @@ released are forwarded at once; so are spans of traces without agent spans (conf
 Memory is bounded: a trace that would exceed ``max_traces`` or ``max_spans_per_trace`` is
 forwarded without attribution and counted, never dropped. Buffered data are the wire payloads
 cut by :mod:`otel_blame.processor.wire`; there is no Python object per span.
+
+When a trace completes, its :class:`~otel_blame.processor.decision.TraceDecision` is made from
+what its groups said about their roots and from a verdict that came while it was buffered, and
+the trace goes on to the next stage with it.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from otel_blame.processor.config import AssemblyConfig
+from otel_blame.processor.decision import NOT_FAILED, UNDECIDED, TraceDecision
+from otel_blame.processor.exporter import LOGS, TRACES, ExportItem
+from otel_blame.processor.stage import Consumer
 from otel_blame.processor.wire import TraceGroup
 
 log = logging.getLogger(__name__)
@@ -44,11 +50,47 @@ class BufferedTrace:
     log_records: int = 0
     payload_bytes: int = 0
     has_root: bool = False
-    root_failed: bool = False
+    root_failure: str | None = None  # why a root span says the trace failed
+    failed_root: bytes = b""
     has_agent: bool = False
-    verdict_failed: bool = False
+    verdict_failed: bool = False  # a verdict said so while the trace was buffered
     expected_output: str | None = None
     overflowed: bool = False
+    decision: TraceDecision = NOT_FAILED  # made once, when the trace completes
+
+    def decide(self) -> TraceDecision:
+        if self.root_failure:
+            return TraceDecision(True, self.root_failure, (self.failed_root.hex(),), self.expected_output)
+        if self.verdict_failed:
+            return TraceDecision.verdict(self.expected_output)
+        return NOT_FAILED if self.has_root else UNDECIDED
+
+    def export_items(self) -> list[ExportItem]:
+        """The trace as it arrived, to send on unchanged (its log rows are released on delivery)."""
+        items = []
+        if self.span_payloads:
+            items.append(ExportItem(TRACES, b"".join(self.span_payloads), self.span_refs, self.spans))
+        if self.log_payloads:
+            items.append(ExportItem(LOGS, b"".join(self.log_payloads), self.log_refs, self.log_records))
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivedGroups:
+    """What the write-ahead log hands the assembly stage: one stored request, cut by trace id."""
+
+    kind: str
+    groups: list[TraceGroup]
+    row: int
+    logs: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LateGroup:
+    """Spans or log records of a trace already released (they are forwarded at once too)."""
+
+    group: TraceGroup
+    logs: bool
 
 
 @dataclass
@@ -106,7 +148,8 @@ class TraceAssembler:
                 trace.span_refs.append(ref)
                 trace.spans += group.items
                 trace.has_root = trace.has_root or group.has_root
-                trace.root_failed = trace.root_failed or group.root_failed
+                if group.root_failure and not trace.root_failure:
+                    trace.root_failure, trace.failed_root = group.root_failure, group.failed_root
                 if trace.spans > config.max_spans_per_trace:
                     self._stats.oversized_traces += 1
                     trace.overflowed = True
@@ -155,10 +198,6 @@ class TraceAssembler:
         with self._lock:
             return trace_id in self._buffers
 
-    def is_released(self, trace_id: bytes) -> bool:
-        with self._lock:
-            return trace_id in self._released
-
     def stats(self) -> AssemblyStats:
         with self._lock:
             stats = AssemblyStats(**vars(self._stats))
@@ -168,6 +207,7 @@ class TraceAssembler:
         return stats
 
     def _pop_locked(self, trace: BufferedTrace, now: float) -> None:
+        trace.decision = trace.decide()
         del self._buffers[trace.trace_id]
         del self._by_activity[trace.trace_id]
         self._stats.completed_traces += 1
@@ -178,24 +218,22 @@ class TraceAssembler:
 
 
 class AssemblyStage:
-    """Routes each incoming group (buffer it, forward it now, or add it to a released trace) and,
-    on its own thread, hands every trace that completes to ``complete``."""
+    """Routes each stored request's groups (buffer them, forward them now, or add them to a released
+    trace) and, on its own thread, hands every trace that completes to the next stage."""
 
     def __init__(
         self,
         assembler: TraceAssembler,
         config: AssemblyConfig,
         *,
-        forward_group: Callable[[str, TraceGroup, int], None],
-        forward_trace: Callable[[BufferedTrace], None],
-        complete: Callable[[BufferedTrace], None],
-        late: Callable[[TraceGroup, bool], None],
+        complete: Consumer[BufferedTrace],
+        forward: Consumer[ExportItem],
+        late: Consumer[LateGroup],
     ) -> None:
         self.assembler = assembler
         self._config = config
-        self._forward_group = forward_group
-        self._forward_trace = forward_trace
         self._complete = complete
+        self._forward = forward
         self._late = late
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick_loop, name="otel-blame-assembler", daemon=True)
@@ -203,26 +241,29 @@ class AssemblyStage:
     def start(self) -> None:
         self._thread.start()
 
-    def route(self, kind: str, groups: list[TraceGroup], row: int, *, logs: bool) -> None:
+    def consume(self, item: ArrivedGroups) -> None:
         now = time.monotonic()
-        for group in groups:
+        row, logs = item.row, item.logs
+        kind = LOGS if logs else TRACES
+        for group in item.groups:
             if logs and not group.trace_id:
-                self._forward_group(kind, group, row)
+                self._forward.consume(ExportItem(kind, group.payload, [row], group.items))
                 continue
             route, trace = self.assembler.add(group, row, now, logs=logs)
             if route == Route.BUFFERED:
                 continue
             if route == Route.OVERFLOW and trace is not None:
-                self._forward_trace(trace)
+                for export in trace.export_items():
+                    self._forward.consume(export)
                 continue
             if route == Route.LATE:
-                self._late(group, logs)
-            self._forward_group(kind, group, row)
+                self._late.consume(LateGroup(group, logs))
+            self._forward.consume(ExportItem(kind, group.payload, [row], group.items))
 
     def drain(self) -> None:
         """Complete everything buffered now (shutdown)."""
         for trace in self.assembler.drain(time.monotonic()):
-            self._complete(trace)
+            self._complete.consume(trace)
 
     def stop(self) -> None:
         self._stop.set()
@@ -234,6 +275,6 @@ class AssemblyStage:
         while not self._stop.wait(interval):
             try:
                 for trace in self.assembler.due(time.monotonic()):
-                    self._complete(trace)
+                    self._complete.consume(trace)
             except Exception:  # never let the assembler thread die
                 log.exception("completing traces failed")

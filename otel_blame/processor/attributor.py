@@ -1,6 +1,6 @@
 """Running the configured attribution method with a per-trace timeout and an offline fallback.
 
-The method runs on the calling thread (the analyser's worker: there is one worker pool for
+The method runs on the calling thread (an analysis worker process: there is one worker pool for
 analysis, not a second one for attribution). The timeout is a deadline, counted from when the
 trace was handed to the analyser, so time spent queued behind slow LLM calls counts too; it is
 set with :func:`~otel_blame.attribution.deadline.attribution_deadline`, and the LLM client ends
@@ -25,7 +25,7 @@ from otel_blame.attribution.deadline import DeadlineExceeded, attribution_deadli
 from otel_blame.attribution.registry import create_method, is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.config import AttributionConfig, ConfigError
-from otel_blame.redaction import Redactor
+from otel_blame.redaction import Redactor, redact_trajectory
 from otel_blame.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -38,19 +38,6 @@ class AttributionOutcome:
     attribution: Attribution | None
     fell_back: bool = False
     problem: str | None = None
-
-
-def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
-    """A copy with every piece of free text passed through the redactor."""
-    task = trajectory.task.model_copy(
-        update={
-            key: redactor(value) if isinstance(value, str) else value
-            for key, value in trajectory.task.model_dump().items()
-            if key in ("name", "input", "expected_output", "final_output")
-        }
-    )
-    steps = [step.model_copy(update={"content": redactor(step.content)}) for step in trajectory.steps]
-    return trajectory.model_copy(update={"task": task, "steps": steps})
 
 
 def _load_calibration(config: AttributionConfig) -> Calibration | None:
@@ -127,6 +114,3 @@ class AttributionRunner:
         elapsed = time.monotonic() - started
         cost = answer.cost.model_copy(update={"seconds": elapsed})
         return AttributionOutcome(answer.model_copy(update={"method": method, "cost": cost}), True, problem)
-
-    def close(self) -> None:
-        """Nothing to release (kept so callers need not know): the runner owns no threads."""

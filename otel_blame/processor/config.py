@@ -37,8 +37,6 @@ from otel_blame import semconv as sc
 from otel_blame.alerting.repeated import RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
-from otel_blame.store.config import StoreConfig
-from otel_blame.ui.settings import UIConfig
 
 ENV_PREFIX = "OTEL_BLAME_"
 MiB = 1024 * 1024
@@ -163,7 +161,17 @@ class DetectionConfig(_Section):
 class AttributionConfig(_Section):
     method: str = Field(default="heuristic", description="see `otel-blame attribute --help` for names")
     fallback_method: str = Field(default="heuristic", description="used when the method errs or times out")
-    workers: int = Field(default=2, ge=1)
+    workers: int | None = Field(
+        default=None,
+        ge=1,
+        description="analysis worker processes (parse, trajectory, attribution); null = one a core",
+    )
+    forward_first_backlog: int = Field(
+        default=64,
+        ge=0,
+        description="failed traces waiting for analysis beyond which a failed trace is forwarded at once "
+        "and its blame follows as a late 'blame {agent}' span (0 = always)",
+    )
     timeout: float = Field(default=120.0, gt=0, description="per trace, seconds")
     redact: bool = Field(default=True, description="redact content before it goes to an LLM")
     llm: LLMSettings | None = Field(default=None, description="null = OPENAI_BASE_URL / OPENAI_API_KEY env")
@@ -254,12 +262,8 @@ class ProcessorConfig(_Section):
     enrichment: EnrichmentConfig = Field(default_factory=EnrichmentConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)
-    store: StoreConfig = Field(default_factory=StoreConfig)  # the blame store the web UI reads
-    ui: UIConfig = Field(default_factory=UIConfig)  # /ui/ and /api/ on the HTTP port
     shutdown_timeout: float = Field(default=10.0, ge=0, description="seconds to flush on stop")
 
-
-_SECTIONS = set(ProcessorConfig.model_fields)
 
 # keys whose values stay strings even when they look like numbers
 _STRING_KEYS = {
@@ -268,7 +272,7 @@ _STRING_KEYS = {
 }  # fmt: skip
 
 
-def _env_tree(environ: Mapping[str, str]) -> dict[str, Any]:
+def _env_tree(environ: Mapping[str, str], sections: set[str]) -> dict[str, Any]:
     """Nested dict from ``OTEL_BLAME_<SECTION>__<KEY>`` variables (and ``OTEL_BLAME_SHUTDOWN_TIMEOUT``)."""
     tree: dict[str, Any] = {}
     for name, raw in environ.items():
@@ -278,9 +282,9 @@ def _env_tree(environ: Mapping[str, str]) -> dict[str, Any]:
         if len(path) == 1:
             if path[0] != "shutdown_timeout":
                 continue  # the instrumentation's and the LLM client's own variables
-        elif path[0] not in _SECTIONS:
+        elif path[0] not in sections:
             raise ConfigError(
-                f"{name}: unknown section {path[0]!r} (sections: {', '.join(sorted(_SECTIONS))})"
+                f"{name}: unknown section {path[0]!r} (sections: {', '.join(sorted(sections))})"
             )
         try:
             value = yaml.safe_load(raw) if raw != "" else None
@@ -325,26 +329,36 @@ class _TreeSource(PydanticBaseSettingsSource):
         return dict(self._tree)
 
 
-class _LayeredConfig(BaseSettings, ProcessorConfig):
-    """ProcessorConfig read through pydantic-settings: init (flags) <- environment <- YAML."""
+def _layered(schema: type[ProcessorConfig]) -> type[BaseSettings]:
+    """``schema`` read through pydantic-settings: init (flags) <- environment <- YAML."""
+    cached = _LAYERED.get(schema)
+    if cached is not None:
+        return cached
 
-    model_config = SettingsConfigDict(
-        extra="forbid", validate_assignment=True, nested_model_default_partial_update=True
-    )
+    class Layered(BaseSettings, schema):  # type: ignore[valid-type, misc]
+        model_config = SettingsConfigDict(
+            extra="forbid", validate_assignment=True, nested_model_default_partial_update=True
+        )
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        layers = _LAYERS.get()
-        return (init_settings, _TreeSource(settings_cls, layers[0]), _TreeSource(settings_cls, layers[1]))
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            layers = _LAYERS.get()
+            file_layer, env_layer = _TreeSource(settings_cls, layers[1]), _TreeSource(settings_cls, layers[0])
+            return (init_settings, env_layer, file_layer)
+
+    Layered.__name__ = Layered.__qualname__ = f"Layered{schema.__name__}"
+    _LAYERED[schema] = Layered
+    return Layered
 
 
+_LAYERED: dict[type[ProcessorConfig], type[BaseSettings]] = {}
 _LAYERS: contextvars.ContextVar[tuple[dict[str, Any], dict[str, Any]]] = contextvars.ContextVar("layers")
 
 
@@ -364,13 +378,17 @@ def load_config(
     *,
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    schema: type[ProcessorConfig] = ProcessorConfig,
 ) -> ProcessorConfig:
-    """YAML file (optional) <- environment <- explicit overrides (CLI flags), then validate."""
+    """YAML file (optional) <- environment <- explicit overrides (CLI flags), then validate.
+
+    ``schema``: the processor's sections, or a subclass adding the sections of what a command
+    plugs in (``otel-blame serve`` adds the blame store and the web UI)."""
     from_file = _read_yaml(path) if path is not None else {}
-    from_env = _env_tree(os.environ if environ is None else environ)
+    from_env = _env_tree(os.environ if environ is None else environ, set(schema.model_fields))
     token = _LAYERS.set((from_env, from_file))
     try:
-        return _LayeredConfig(**dict(overrides or {}))
+        return _layered(schema)(**dict(overrides or {}))
     except ValidationError as error:
         raise ConfigError(_describe(error)) from None
     finally:

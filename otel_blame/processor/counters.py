@@ -29,6 +29,8 @@ NAMES = (
     "analysis_errors",
     "late_root_failures",
     "analysis_overflow_traces",
+    "forwarded_before_analysis",  # failed traces sent on before their analysis (blamed by a late span)
+    "late_blames_dropped",  # late blame spans the write-ahead log could not store
     "verdicts",
     "replayed_rows",
     "alerts",
@@ -38,7 +40,14 @@ NAMES = (
     "cross_run_skipped_traces",  # runs not counted: analysis pool saturated, or the disk nearly full
     "cross_run_errors",  # the statistics' database could not be read or written
 )
-GAUGE_PREFIXES = ("assembly_buffered", "wal_", "retained_", "export_pending")
+GAUGE_PREFIXES = (
+    "assembly_buffered",
+    "wal_",
+    "retained_",
+    "export_pending",
+    "analysis_pending",
+    "analysis_workers",
+)
 
 
 class Counters:

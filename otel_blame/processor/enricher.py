@@ -31,6 +31,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 from otel_blame import __version__
 from otel_blame import semconv as sc
 from otel_blame.attribution.result import Attribution
+from otel_blame.attribution.step_scores import step_scores
 from otel_blame.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -145,17 +146,6 @@ def _string_attribute(span: Span, key: str) -> str | None:
         if attribute.key == key and attribute.value.HasField("string_value"):
             return attribute.value.string_value
     return None
-
-
-def step_scores(trajectory: Trajectory, attribution: Attribution) -> dict[int, float]:
-    """Each step's share of blame: the method's candidate scores, the culprit at least its confidence."""
-    scores = {step.index: 0.0 for step in trajectory.steps}
-    for candidate in attribution.candidates:
-        if candidate.step in scores:
-            scores[candidate.step] = max(scores[candidate.step], float(candidate.score))
-    if attribution.step in scores and not any(c.step == attribution.step for c in attribution.candidates):
-        scores[attribution.step] = float(attribution.confidence)
-    return scores
 
 
 class BlameEnricher:

@@ -49,6 +49,8 @@ _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
 
 @dataclass(slots=True)
 class ExportItem:
+    """A payload to send downstream; ``refs``: the write-ahead log rows it releases on delivery."""
+
     kind: str
     payload: bytes
     refs: list[int]
@@ -189,8 +191,12 @@ class OTLPExporter:
             thread.start()
 
     def submit(self, kind: str, payload: bytes, refs: list[int], items: int) -> None:
+        self.consume(ExportItem(kind, payload, refs, items))
+
+    def consume(self, item: ExportItem) -> None:
+        """The end of the chain (a :class:`~otel_blame.processor.stage.Consumer`): queue for export."""
         with self._cond:
-            self._queue.append(ExportItem(kind, payload, refs, items))
+            self._queue.append(item)
             self._cond.notify()
 
     @property

@@ -1,4 +1,5 @@
-"""Between the receivers and the assembler: decode and check a request, make it durable, route it.
+"""The log stage, between the receivers and the assembler: decode and check a request, make it
+durable, hand it on.
 
 A request is split by trace id (spans with invalid ids are left out and counted, OTLP partial
 success), written to the write-ahead log as it arrived, and only then acknowledged; its groups go
@@ -11,11 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from otel_blame.processor.assembler import AssemblyStage
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from otel_blame.processor.assembler import ArrivedGroups
 from otel_blame.processor.config import WALConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.errors import Accepted, Backpressure, InvalidRequest, NotAccepting
 from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
+from otel_blame.processor.stage import Consumer
 from otel_blame.processor.wal import (
     KIND_DIRECT_LOGS,
     KIND_DIRECT_TRACES,
@@ -36,23 +40,23 @@ class Ingest:
         self,
         wal: WriteAheadLog,
         config: WALConfig,
-        stage: AssemblyStage,
+        assembly: Consumer[ArrivedGroups],
         exporter: OTLPExporter,
         counters: Counters,
-        root_is_failed: Callable[..., bool],
+        root_failure: Callable[[Span], str | None],
     ) -> None:
         self._wal = wal
         self._config = config
-        self._stage = stage
+        self._assembly = assembly
         self._exporter = exporter
         self._counters = counters
-        self._root_is_failed = root_is_failed
+        self._root_failure = root_failure
         self.accepting = False
 
     def split(self, kind: str, body: bytes) -> Groups:
         if kind == KIND_LOGS:
             return split_logs(body)
-        return split_traces(body, self._root_is_failed)
+        return split_traces(body, self._root_failure)
 
     def accept(self, kind: str, body: bytes) -> Accepted:
         """Store one export request durably and route it; raises an IngestError if not stored.
@@ -93,7 +97,7 @@ class Ingest:
         except TimeoutError as error:
             raise NotAccepting(str(error)) from None
         self._counters.add("received_log_records" if logs else "received_spans", sum(g.items for g in groups))
-        self._stage.route(kind, groups, row, logs=logs)
+        self._assembly.consume(ArrivedGroups(kind, groups, row, logs))
         return accepted
 
     def _discard(self, pending: PendingAppend) -> None:
@@ -122,6 +126,6 @@ class Ingest:
                 self._wal.adopt(row, 0)
                 continue
             self._wal.adopt(row, len(groups))
-            self._stage.route(row.kind, groups, row.row_id, logs=row.kind == KIND_LOGS)
+            self._assembly.consume(ArrivedGroups(row.kind, groups, row.row_id, row.kind == KIND_LOGS))
         if self._wal.recovered_rows:
             log.info("replayed %d requests from the write-ahead log", self._wal.recovered_rows)

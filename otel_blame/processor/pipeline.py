@@ -1,7 +1,9 @@
-"""Wiring only: the chain receivers -> write-ahead log -> assembler -> analyser -> enricher -> exporter.
+"""Wiring only: receivers -> write-ahead log -> assembler -> analysis -> enrich+export -> exporter.
 
-Each component lives in its own module; this one builds them, connects each to the next, starts
-and stops them in order, and answers the receivers (it is their handler). Embed it in-process::
+Each stage lives in its own module and consumes through the one interface of :mod:`.stage`; this
+module builds them, connects each to the next, starts and stops them in order, and answers the
+receivers (it is their handler). A trace passes through here once, when its request arrives.
+Embed it in-process::
 
     from otel_blame.processor import BlameProcessor, load_config
 
@@ -11,8 +13,11 @@ and stops them in order, and answers the receivers (it is their handler). Embed 
         ...  # send OTLP to processor.grpc_endpoint / processor.http_endpoint
 
 Extension points: ``http_routes`` (Starlette routes or mounts added to the HTTP receiver's app,
-behind the same bearer token) and ``processor.analyser.add_listener(callback)`` (called with each
-finished attribution, see :mod:`otel_blame.processor.analyser`).
+behind the same bearer token), ``listeners`` / :meth:`BlameProcessor.add_listener` (called with
+each blame, see :mod:`.listeners`), and ``extensions``: callables run at start with the listener
+and route lists and the culprit metrics, which may add to them and return what to close on stop
+(and where already-stored blames are read). ``otel-blame serve`` plugs the blame store and the
+web UI in this way (:mod:`otel_blame.commands.serve`); the processor itself knows neither.
 """
 
 from __future__ import annotations
@@ -20,45 +25,57 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.webhook import WebhookNotifier
-from otel_blame.attribution.result import Attribution
-from otel_blame.processor.analyser import (
-    AttributionListener,
-    TraceAnalyser,
-    Verdict,
-    forward_unchanged,
-    retained_trace,
-)
-from otel_blame.processor.assembler import AssemblyStage, BufferedTrace, TraceAssembler
+from otel_blame.processor.analyser import AnalysisStage
+from otel_blame.processor.assembler import AssemblyStage, TraceAssembler
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import ConfigError, ProcessorConfig
 from otel_blame.processor.counters import Counters, ProcessorCollector
 from otel_blame.processor.cross_run import FILE_NAME as CROSS_RUN_FILE
 from otel_blame.processor.cross_run import CrossRunStatistics
-from otel_blame.processor.detector import FailureDetector
+from otel_blame.processor.decision import FailureDetector
+from otel_blame.processor.enrich_export import EnrichExportStage
 from otel_blame.processor.enricher import BlameEnricher
-from otel_blame.processor.errors import Accepted, NotAccepting, VerdictNotFound
-from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
+from otel_blame.processor.errors import Accepted, NotAccepting
+from otel_blame.processor.exporter import OTLPExporter
 from otel_blame.processor.ingest import Ingest
+from otel_blame.processor.late import BlameRecord, LateVerdicts
+from otel_blame.processor.listeners import (
+    AlertingListener,
+    AttributionListener,
+    BlameListeners,
+    CrossRunCounter,
+    MetricsListener,
+    VerdictBus,
+    VerdictListener,
+)
 from otel_blame.processor.receivers import GRPCReceiver, HTTPReceiver
 from otel_blame.processor.retention import RetainedTraces
-from otel_blame.processor.wal import KIND_LOGS, KIND_TRACES, WALFull, WALStorageError, WriteAheadLog
-from otel_blame.processor.wire import TraceGroup
+from otel_blame.processor.wal import KIND_LOGS, KIND_TRACES, WriteAheadLog
 from otel_blame.redaction import Redactor
-from otel_blame.ui.attach import attach_blame_ui
 
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
-    from otel_blame.store.records import StoredRun as StoredBlame
-
 log = logging.getLogger(__name__)
+
+
+class Attachment(Protocol):
+    """What an extension returns: closed on stop; may answer a verdict from blames stored elsewhere."""
+
+    def close(self) -> None: ...
+
+    def stored_blame(self, trace_id: str) -> BlameRecord | None: ...
+
+
+# (listeners, http_routes, metrics) -> what to close on stop, or None
+Extension = Callable[[list[AttributionListener], list["BaseRoute"], CulpritMetrics], Attachment | None]
 
 
 class BlameProcessor:
@@ -73,6 +90,7 @@ class BlameProcessor:
         enricher: BlameEnricher | None = None,
         http_routes: Sequence[BaseRoute] = (),
         listeners: Sequence[AttributionListener] = (),
+        extensions: Sequence[Extension] = (),
     ) -> None:
         self.config = config
         self.metrics = metrics or CulpritMetrics()
@@ -81,22 +99,34 @@ class BlameProcessor:
         self._enricher = enricher or BlameEnricher()
         self._http_routes = list(http_routes)
         self._listeners = list(listeners)
-        self._blame_ui: Any = None  # the blame store and web UI, opened by start()
-        self._runner = AttributionRunner(config.attribution, redactor)  # validates the method names
+        self._extensions = list(extensions)
+        AttributionRunner(config.attribution, redactor)  # checks the method names before anything starts
         self._detector = FailureDetector(config.detection)
         self._assembler = TraceAssembler(config.assembly)
         self._retained = RetainedTraces(config.verdicts)
+        self._attachments: list[Attachment] = []
+        self._routes: list[BaseRoute] = []
+        self._blame_listeners = BlameListeners(self._redactor)
         self._wal: WriteAheadLog | None = None
         self._exporter: OTLPExporter | None = None
         self._notifier: WebhookNotifier | None = None
         self._cross_run: CrossRunStatistics | None = None
+        self._bus: VerdictBus | None = None
+        self._analysis: AnalysisStage | None = None
+        self._export: EnrichExportStage | None = None
+        self._late: LateVerdicts | None = None
         self._stage: AssemblyStage | None = None
         self._ingest: Ingest | None = None
-        self.analyser: TraceAnalyser | None = None
         self._grpc: GRPCReceiver | None = None
         self._http: HTTPReceiver | None = None
         self._started = False
         self.metrics.registry.register(ProcessorCollector(self.stats))
+
+    def add_listener(self, listener: AttributionListener) -> None:
+        """Call ``listener`` with every blame assigned (see :mod:`otel_blame.processor.listeners`)."""
+        self._listeners.append(listener)
+        if self._started:
+            self._blame_listeners.listeners.append(listener)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> BlameProcessor:
@@ -104,60 +134,18 @@ class BlameProcessor:
             return self
         config = self.config
         wal = self._wal = WriteAheadLog(config.wal.dir, config.wal.max_bytes, config.wal.reserve_bytes)
-        listeners, http_routes = list(self._listeners), list(self._http_routes)  # this start's own
-        try:  # the blame store: a listener keeps and counts each blame; /ui/, /api/, /metrics read it
-            self._blame_ui = attach_blame_ui(config, listeners, http_routes, self.metrics)
-        except BaseException:
-            wal.close()
-            raise
         try:
-            exporter = self._exporter = OTLPExporter(config.exporter, wal.release)
-        except BaseException:
-            wal.close()
-            raise
-        if config.alerting.webhook is not None:
-            self._notifier = WebhookNotifier(config.alerting.webhook)
-        if config.cross_run.enabled:
-            try:
-                self._cross_run = CrossRunStatistics(
-                    config.cross_run,
-                    config.cross_run.path or config.wal.dir / CROSS_RUN_FILE,
-                    min_free_bytes=config.wal.reserve_bytes,
-                )
-            except (OSError, sqlite3.Error) as error:
-                self._teardown()
-                raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
-        analyser = self.analyser = TraceAnalyser(
-            config,
-            wal=wal,
-            exporter=exporter,
-            retained=self._retained,
-            counters=self.counters,
-            metrics=self.metrics,
-            enricher=self._enricher,
-            runner=self._runner,
-            redactor=self._redactor,
-            notifier=self._notifier,
-            cross_run=self._cross_run,
-        )
-        for listener in listeners:
-            analyser.add_listener(listener)
-        stage = self._stage = AssemblyStage(
-            self._assembler,
-            config.assembly,
-            forward_group=self._forward_group,
-            forward_trace=lambda trace: forward_unchanged(exporter, trace),
-            complete=self._complete,
-            late=self._late,
-        )
-        self._ingest = Ingest(wal, config.wal, stage, exporter, self.counters, self._detector.is_failed)
-        stage.start()
-        try:
+            self._build(wal)
+            assert self._ingest is not None
+            assert self._analysis is not None
+            self._analysis.wait_ready(timeout=60)
             self._ingest.replay()
             if config.receivers.grpc_endpoint:
                 self._grpc = GRPCReceiver(config.receivers.grpc_endpoint, config.receivers, self)
             if config.receivers.http_endpoint:
-                self._http = HTTPReceiver(config.receivers.http_endpoint, config.receivers, self, http_routes)
+                self._http = HTTPReceiver(
+                    config.receivers.http_endpoint, config.receivers, self, self._routes
+                )
         except BaseException:  # e.g. a port in use: leave nothing running behind
             self._teardown()
             raise
@@ -168,31 +156,87 @@ class BlameProcessor:
             self._http.start()
         self._started = True
         log.info(
-            "otel-blame processor ready: grpc=%s http=%s downstream=%s wal=%s method=%s",
+            "otel-blame processor ready: grpc=%s http=%s downstream=%s wal=%s method=%s analysis workers=%d",
             self.grpc_endpoint,
             self.http_endpoint,
             config.exporter.endpoint,
             config.wal.dir,
             config.attribution.method,
+            self._analysis.workers if self._analysis is not None else 0,
         )
         return self
 
+    def _build(self, wal: WriteAheadLog) -> None:
+        """Build and link the chain, last stage first."""
+        config = self.config
+        listeners, self._routes = list(self._listeners), list(self._http_routes)  # this start's own
+        for extension in self._extensions:
+            attached = extension(listeners, self._routes, self.metrics)
+            if attached is not None:
+                self._attachments.append(attached)
+        self._blame_listeners.listeners = listeners
+        exporter = self._exporter = OTLPExporter(config.exporter, wal.release)
+        if config.alerting.webhook is not None:
+            self._notifier = WebhookNotifier(config.alerting.webhook)
+        queued: list[VerdictListener] = []
+        if config.cross_run.enabled:
+            try:
+                self._cross_run = CrossRunStatistics(
+                    config.cross_run,
+                    config.cross_run.path or config.wal.dir / CROSS_RUN_FILE,
+                    min_free_bytes=config.wal.reserve_bytes,
+                )
+            except (OSError, sqlite3.Error) as error:
+                raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
+            queued.append(CrossRunCounter(self._cross_run, config.cross_run, self.counters))
+        queued.append(AlertingListener(config.alerting.repeated_culprit, self.counters, self._notifier))
+        queued.append(self._blame_listeners)
+        bus = self._bus = VerdictBus(inline=[MetricsListener(self.metrics, self.counters)], queued=queued)
+        export = self._export = EnrichExportStage(
+            config.enrichment,
+            wal=wal,
+            exporter=exporter,
+            retained=self._retained,
+            enricher=self._enricher,
+            bus=bus,
+            counters=self.counters,
+        )
+        analysis = self._analysis = AnalysisStage(
+            config, out=export, counters=self.counters, redactor=self._redactor, cross_run=self._cross_run
+        )
+        self._late = LateVerdicts(
+            assembler=self._assembler,
+            retained=self._retained,
+            analysis=analysis,
+            export=export,
+            counters=self.counters,
+            stored_blame=self._stored_blame,
+        )
+        stage = self._stage = AssemblyStage(
+            self._assembler, config.assembly, complete=analysis, forward=exporter, late=self._late
+        )
+        self._ingest = Ingest(wal, config.wal, stage, exporter, self.counters, self._detector.failure_reason)
+        stage.start()
+
     def stop(self, timeout: float | None = None) -> bool:
-        """Stop receiving, complete every buffered trace, flush downstream; True only when the
-        write-ahead log is empty afterwards (everything delivered and deleted).
+        """Stop receiving, complete and analyse every buffered trace, flush downstream; True only when
+        the write-ahead log is empty afterwards (everything delivered and deleted).
 
         Whatever is not delivered within the timeout stays in the write-ahead log for the next start."""
         if not self._started:
             return True
         deadline = time.monotonic() + (self.config.shutdown_timeout if timeout is None else timeout)
-        assert self._ingest is not None and self._stage is not None and self.analyser is not None
-        assert self._exporter is not None and self._wal is not None
+        assert self._ingest is not None and self._stage is not None and self._analysis is not None
+        assert self._exporter is not None and self._wal is not None and self._bus is not None
+        assert self._export is not None
         self._ingest.accepting = False
         if self._grpc is not None:
             self._grpc.stop(grace=min(2.0, max(0.0, deadline - time.monotonic())))
         self._stage.stop()
         self._stage.drain()
-        self.analyser.wait_idle(deadline)
+        self._analysis.wait_idle(deadline)
+        self._bus.wait_idle(deadline)
+        self._export.wait_idle(deadline)
         self._exporter.flush(max(0.0, deadline - time.monotonic()))
         self._teardown()
         delivered = self._wal.empty
@@ -208,10 +252,14 @@ class BlameProcessor:
             self._http.stop()
         if self._stage is not None:
             self._stage.stop()
+        if self._analysis is not None:
+            self._analysis.close()
+        if self._export is not None:
+            self._export.close()
         if self._exporter is not None:
             self._exporter.close()
-        if self.analyser is not None:
-            self.analyser.close()
+        if self._bus is not None:
+            self._bus.close()
         if self._notifier is not None:
             self._notifier.close(timeout=2)
         if self._wal is not None:
@@ -219,9 +267,9 @@ class BlameProcessor:
         if self._cross_run is not None:
             self._cross_run.close()
             self._cross_run = None
-        if self._blame_ui is not None:
-            self._blame_ui.close()
-            self._blame_ui = None
+        for attached in self._attachments:
+            attached.close()
+        self._attachments = []
 
     def __enter__(self) -> BlameProcessor:
         return self.start()
@@ -253,78 +301,30 @@ class BlameProcessor:
             raise NotAccepting("the processor is not started")
         return self._ingest.accept(KIND_LOGS, body)
 
-    # -- links of the chain ------------------------------------------------------------------
-    def _forward_group(self, kind: str, group: TraceGroup, row: int) -> None:
-        assert self._exporter is not None
-        self._exporter.submit(LOGS if kind == KIND_LOGS else TRACES, group.payload, [row], group.items)
-
-    def _late(self, group: TraceGroup, logs: bool) -> None:
-        self._retained.add_late(group.trace_id, group.payload, logs=logs)
-        if not logs and group.root_failed and self.analyser is not None:
-            self.analyser.submit_late_root(group.trace_id)
-
-    def _complete(self, trace: BufferedTrace) -> None:
-        """A trace is whole: forward it (no agent, too big, succeeded) or have it analysed."""
-        assert self._exporter is not None and self.analyser is not None
-        if trace.overflowed or not trace.has_agent or not trace.span_payloads:
-            forward_unchanged(self._exporter, trace)
-            return
-        if not (trace.root_failed or trace.verdict_failed) and trace.has_root:
-            forward_unchanged(self._exporter, trace)
-            self._retained.keep(trace.trace_id, time.monotonic(), trace.span_payloads, trace.log_payloads)
-            self.metrics.record_trace("success", False)
-            self.analyser.observe(trace)  # counted in the cross-run statistics, when they are kept
-            return
-        self.analyser.submit(trace)
-
-    # -- late verdicts -----------------------------------------------------------------------
     def submit_verdict(
         self, trace_id: str, outcome: str, expected_output: str | None = None
     ) -> dict[str, Any]:
-        """A failure known only after the trace completed. Returns what was done (see docs)."""
-        if not self.ready or self.analyser is None:
+        """A failure (or success) known only after the trace completed. Returns what was done (see docs)."""
+        if not self.ready or self._late is None:
             raise NotAccepting("the processor is not accepting data right now")
-        try:
-            raw_id = bytes.fromhex(trace_id)
-        except ValueError:
-            raw_id = b""
-        if len(raw_id) != 16 or not any(raw_id):
-            raise ValueError(f"trace_id must be 32 hex digits, not all zero, got {trace_id!r}")
-        self.counters.add("verdicts")
-        if outcome == "failure" and self._assembler.mark_failed(raw_id, expected_output):
-            return {
-                "status": "pending",
-                "trace_id": trace_id,
-                "detail": "attributed when the trace completes",
-            }
-        if outcome != "failure" and self._assembler.is_buffered(raw_id):
-            return {"status": "recorded", "trace_id": trace_id}
-        stored = self._blame_ui.stored_blame(trace_id) if self._blame_ui is not None else None
-        if stored is not None:  # attributed already, here or by another replica sharing the store
-            if outcome != "failure":
-                return {"status": "recorded", "trace_id": trace_id}
-            return _verdict_answer(trace_id, "already_attributed", stored, None)
-        retained = self._retained.get(raw_id, time.monotonic())
-        if retained is None:
-            raise VerdictNotFound(f"trace {trace_id} is not among the recently completed traces")
-        if outcome != "failure":
-            return {"status": "recorded", "trace_id": trace_id}
-        with retained.lock:
-            if retained.attribution is not None:  # no store, or its write is still in flight
-                return _verdict_answer(trace_id, "already_attributed", retained.attribution, None)
-            try:
-                result = self.analyser.verdict(retained_trace(retained), Verdict(expected_output))
-            except (WALFull, WALStorageError) as error:
-                raise NotAccepting(str(error)) from None
-            assert result.attribution is not None
-            retained.attribution = result.attribution
-        return _verdict_answer(trace_id, "attributed", result.attribution, result.blame_span_id)
+        return self._late.submit_verdict(trace_id, outcome, expected_output)
+
+    def _stored_blame(self, trace_id: str) -> BlameRecord | None:
+        for attached in self._attachments:
+            stored = attached.stored_blame(trace_id)
+            if stored is not None:
+                return stored
+        return None
 
     # -- observability -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters and gauges of every component, for tests, benchmarks and /metrics."""
         out: dict[str, Any] = self.counters.snapshot()
         out.update({f"assembly_{key}": value for key, value in vars(self._assembler.stats()).items()})
+        if self._analysis is not None:
+            out.update(
+                analysis_pending_traces=self._analysis.pending, analysis_workers=self._analysis.workers
+            )
         if self._exporter is not None:
             out.update(
                 exported_spans=self._exporter.exported_spans,
@@ -345,22 +345,3 @@ class BlameProcessor:
     def render_metrics(self) -> tuple[bytes, str]:
         """The Prometheus exposition of the culprit counters and the processor's own, and its type."""
         return generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
-
-
-def _verdict_answer(
-    trace_id: str, status: str, attribution: Attribution | StoredBlame, span_id: str | None
-) -> dict[str, Any]:
-    answer: dict[str, Any] = {
-        "status": status,
-        "trace_id": trace_id,
-        "agent": attribution.agent,
-        "step": attribution.step,
-        "confidence": attribution.confidence,
-        "reason": attribution.reason,
-        "method": attribution.method,
-    }
-    if attribution.model:
-        answer["model"] = attribution.model
-    if span_id:
-        answer["blame_span_id"] = span_id
-    return answer

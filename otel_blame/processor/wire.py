@@ -109,16 +109,18 @@ class TraceGroup:
     payload: bytes
     items: int
     has_root: bool = False
-    root_failed: bool = False
+    root_failure: str | None = None  # why a root span of this group fails the trace
+    failed_root: bytes = b""  # that root span's id
     has_agent: bool = False
 
 
-def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
+def split_traces(body: bytes, root_failure: Callable[[Span], str | None]) -> Groups:
     """Parse an ExportTraceServiceRequest and cut it into one payload per trace id.
 
-    ``root_is_failed`` is asked about every root span as it passes by (no parent, or a remote
-    parent and workflow attributes), so failure detection needs no second parse for traces that
-    end well. Spans with invalid ids are left out and counted in ``Groups.rejected``.
+    ``root_failure`` is asked about every root span as it passes by (no parent, or a remote
+    parent and workflow attributes) and says why it fails its trace, or None: this is where a
+    trace's failure is decided (see :mod:`.decision`), with no second parse. Spans with invalid
+    ids are left out and counted in ``Groups.rejected``.
     """
     try:
         request = ExportTraceServiceRequest.FromString(body)
@@ -126,7 +128,7 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
         raise DecodeError(f"invalid ExportTraceServiceRequest: {error}") from None
     # trace id -> list of (resource header, list of (scope header, [span bytes]))
     per_trace: dict[bytes, list[tuple[bytes, list[tuple[bytes, list[bytes]]]]]] = {}
-    roots: dict[bytes, bool] = {}
+    roots: dict[bytes, tuple[str, bytes] | None] = {}
     counts: dict[bytes, int] = {}
     rejected = Groups()
     for resource_spans in request.resource_spans:
@@ -165,7 +167,9 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
                 if not parent_id or (
                     span.flags & _PARENT_IS_REMOTE and any(marker in encoded for marker in WORKFLOW_MARKERS)
                 ):
-                    roots[trace_id] = roots.get(trace_id, False) or root_is_failed(span)
+                    if roots.get(trace_id) is None:
+                        why = root_failure(span)
+                        roots[trace_id] = (why, span_id) if why else None
             for trace_id, spans in by_trace.items():
                 scopes = touched.get(trace_id)
                 if scopes is None:
@@ -188,13 +192,15 @@ def split_traces(body: bytes, root_is_failed: Callable[[Span], bool]) -> Groups:
                 scope_fields.append(field(_TAG_2, b"".join(pieces)))
             encoded.append(field(_TAG_1, resource_header + b"".join(scope_fields)))
         payload = b"".join(encoded)
+        failure = roots.get(trace_id)
         groups.append(
             TraceGroup(
                 trace_id=trace_id,
                 payload=payload,
                 items=counts[trace_id],
                 has_root=trace_id in roots,
-                root_failed=roots.get(trace_id, False),
+                root_failure=failure[0] if failure else None,
+                failed_root=failure[1] if failure else b"",
                 has_agent=has_agent_marker(payload),
             )
         )

@@ -102,7 +102,7 @@ def base_method(method: str) -> str:
 
 def redact_trajectory(trajectory: Trajectory, redactor: Redactor) -> Trajectory:
     """The processor's own redaction (the one applied before content goes to an external LLM)."""
-    from otel_blame.processor.attributor import redact_trajectory as processor_redaction
+    from otel_blame.redaction import redact_trajectory as processor_redaction
 
     return processor_redaction(trajectory, redactor)
 
@@ -130,7 +130,7 @@ def build_run(
     """The record of one attributed failure; its Trajectory redacted as it is for an external LLM.
     ``redacted=True``: the trajectory already was (the processor's listeners get it so), and is kept
     as it is rather than masked a second time."""
-    from otel_blame.processor.enricher import step_scores
+    from otel_blame.attribution.step_scores import step_scores
 
     scores = step_scores(trajectory, attribution)
     kept = trajectory if redacted else redact_trajectory(trajectory, redactor or Redactor())

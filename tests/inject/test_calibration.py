@@ -72,10 +72,7 @@ def test_the_attribution_runner_applies_the_calibration(tmp_path):
         [{"agent": "user", "content": "What is 2 + 2?"}, {"agent": "solver", "content": "It is 5."}],
         outcome=Outcome.FAILURE,
     )
-    try:
-        outcome = runner.attribute(trajectory)
-    finally:
-        runner.close()
+    outcome = runner.attribute(trajectory)
     assert outcome.attribution is not None and outcome.attribution.confidence == 0.777
 
 

@@ -395,11 +395,7 @@ def test_secrets_from_log_records_never_reach_an_llm(fails_first: bool):
         config = AttributionConfig(
             method="all_at_once", fallback_method="step_by_step", llm=llm, timeout=30.0, redact=True
         )
-        runner = AttributionRunner(config)
-        try:
-            outcome = runner.attribute(trajectory)
-        finally:
-            runner.close()
+        outcome = AttributionRunner(config).attribute(trajectory)
     assert outcome.attribution is not None and outcome.fell_back is fails_first
     assert server.requests
     _assert_no_secret_in(json.dumps(server.requests))

@@ -13,7 +13,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from otel_blame import semconv as sc
 from otel_blame.processor.config import ConfigError, DetectionConfig, load_config
-from otel_blame.processor.detector import FailureDetector
+from otel_blame.processor.decision import FailureDetector
 from otel_blame.processor.wal import WALFull, WriteAheadLog
 from otel_blame.processor.wire import DecodeError, split_traces
 
@@ -101,7 +101,7 @@ def test_split_by_trace_keeps_resources_scopes_and_every_span() -> None:
             ResourceSpans(scope_spans=[ScopeSpans(spans=[_span(t1, 5, b"\0" * 7 + b"\1")])]),
         ]
     )
-    groups = {g.trace_id: g for g in split_traces(request.SerializeToString(), lambda span: True)}
+    groups = {g.trace_id: g for g in split_traces(request.SerializeToString(), lambda span: "failed")}
     assert set(groups) == {t1, t2}
     one = ExportTraceServiceRequest.FromString(groups[t1].payload)
     assert [[[s.span_id[-1] for s in ss.spans] for ss in rs.scope_spans] for rs in one.resource_spans] == [
@@ -111,13 +111,13 @@ def test_split_by_trace_keeps_resources_scopes_and_every_span() -> None:
     assert one.resource_spans[0].resource == request.resource_spans[0].resource
     assert one.resource_spans[0].schema_url == "https://schema/1"
     assert one.resource_spans[0].scope_spans[0].scope.name == "s1"
-    assert groups[t1].items == 3 and groups[t1].has_root and groups[t1].root_failed
+    assert groups[t1].items == 3 and groups[t1].has_root and groups[t1].root_failure == "failed"
     assert not groups[t1].has_agent and groups[t2].has_agent and not groups[t2].has_root
     # payloads concatenate into one valid request holding everything
     merged = ExportTraceServiceRequest.FromString(groups[t1].payload + groups[t2].payload)
     assert sum(len(ss.spans) for rs in merged.resource_spans for ss in rs.scope_spans) == 5
     with pytest.raises(DecodeError):
-        split_traces(b"\xff\xff", lambda span: False)
+        split_traces(b"\xff\xff", lambda span: None)
 
 
 def test_wal_durable_bounded_and_recovered(tmp_path: Path) -> None:
@@ -152,22 +152,22 @@ def test_failure_signals_are_configurable() -> None:
 
     detector = FailureDetector(DetectionConfig(evaluation_score_threshold=0.5))
     assert detector.failure_reason(root()) is None
-    assert detector.is_failed(root(otel_blame__task__outcome="failure"))
-    assert not detector.is_failed(root(otel_blame__task__outcome="success"))
-    assert detector.is_failed(root(gen_ai__evaluation__score__value=0.2))
-    assert not detector.is_failed(root(gen_ai__evaluation__score__value=0.9))
+    assert detector.failure_reason(root(otel_blame__task__outcome="failure")) is not None
+    assert detector.failure_reason(root(otel_blame__task__outcome="success")) is None
+    assert detector.failure_reason(root(gen_ai__evaluation__score__value=0.2)) is not None
+    assert detector.failure_reason(root(gen_ai__evaluation__score__value=0.9)) is None
     errored = root()
     errored.status.code = Status.STATUS_CODE_ERROR
-    assert detector.is_failed(errored)
+    assert detector.failure_reason(errored) is not None
     excepted = root()
     excepted.events.add(name=sc.EXCEPTION_EVENT)
-    assert detector.is_failed(excepted)
+    assert detector.failure_reason(excepted) is not None
     scored = root()
     event = scored.events.add(name=sc.GEN_AI_EVALUATION_RESULT_EVENT)
     event.attributes.add(key=sc.GEN_AI_EVALUATION_SCORE_VALUE).value.double_value = 0.1
-    assert detector.is_failed(scored)
+    assert detector.failure_reason(scored) is not None
     lenient = FailureDetector(DetectionConfig(root_error=False, root_exception_event=False))
-    assert not lenient.is_failed(errored) and not lenient.is_failed(excepted)
+    assert lenient.failure_reason(errored) is None and lenient.failure_reason(excepted) is None
 
 
 def test_workflow_span_with_a_remote_parent_is_a_root() -> None:
@@ -182,4 +182,4 @@ def test_workflow_span_with_a_remote_parent_is_a_root() -> None:
         body = ExportTraceServiceRequest(
             resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])]
         ).SerializeToString()
-        assert split_traces(body, lambda span: False)[0].has_root is is_root
+        assert split_traces(body, lambda span: None)[0].has_root is is_root

@@ -142,3 +142,42 @@ def test_downstream_outage_of_30_seconds_loses_nothing(sink, make_processor) -> 
     while processor.stats()["wal_pending_rows"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processor.stats()["wal_pending_rows"] == 0
+
+
+def _children(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc: the analysis workers hang off the fork server)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_analysis_workers_end_with_a_sigkilled_processor(tmp_path: Path) -> None:
+    with RecordingOTLPSink() as sink:
+        process, _ready = _serve(_free_port(), sink.endpoint, tmp_path / "wal")
+        below = _children(process.pid)
+        assert len(below) >= 2  # the fork server and its workers (one a core)
+        process.kill()
+        process.wait(10)
+        deadline = time.monotonic() + 15  # a worker checks on the processor every second
+        while any(_alive(pid) for pid in below) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in below if _alive(pid)]

@@ -14,8 +14,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client.parser import text_string_to_metric_families
 
+from otel_blame.commands.serve import load_serve_config, serving_processor
 from otel_blame.conventions import attributes_to_dict
-from otel_blame.processor import BlameProcessor, load_config
+from otel_blame.processor import BlameProcessor
 from tests.processor.conftest import processor_overrides
 from tests.processor.spans import record_agent_run
 from tests.support import RecordingOTLPSink
@@ -42,7 +43,7 @@ def _get(base: str, path: str, token: str | None = TOKEN) -> tuple[int, bytes]:
 
 def _start(sink: RecordingOTLPSink, wal: Path, **sections: dict) -> BlameProcessor:
     overrides = processor_overrides(sink.endpoint, wal, receivers={"auth_token": TOKEN}, **sections)
-    return BlameProcessor(load_config(overrides=overrides, environ={})).start()
+    return serving_processor(load_serve_config(overrides=overrides, environ={})).start()
 
 
 def _attributions(base: str) -> dict[tuple[str, str], float]:

@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from otel_blame import semconv as sc
 from otel_blame.cli import main
-from otel_blame.processor import BlameProcessor, load_config
+from otel_blame.commands.serve import load_serve_config, serving_processor
+from otel_blame.processor import BlameProcessor
 from tests.postgres_cluster import empty_store_tables
 from tests.processor.conftest import processor_overrides
 from tests.processor.spans import record_agent_run
@@ -107,7 +108,7 @@ def test_two_replicas_on_one_postgres_each_show_every_failure(postgres_url: str,
                     receivers={"auth_token": TOKEN},
                     store={"url": postgres_url, "replica": name},
                 )
-                replicas[name] = BlameProcessor(load_config(overrides=overrides, environ={})).start()
+                replicas[name] = serving_processor(load_serve_config(overrides=overrides, environ={})).start()
             bases = {name: f"http://{processor.http_endpoint}" for name, processor in replicas.items()}
             assert len(set(bases.values())) == 2
             sent: dict[str, str] = {}  # trace id -> the replica that attributed it

@@ -1,4 +1,10 @@
-"""``otel-blame serve`` (run the processor) and ``otel-blame verdict`` (report a late failure)."""
+"""``otel-blame serve`` (run the processor) and ``otel-blame verdict`` (report a late failure).
+
+``serve`` is the composition root of the processor: its configuration is the processor's sections
+plus the blame store's and the web UI's (:class:`ServeConfig`), and it plugs the store (a blame
+listener, the source of ``/metrics``' culprit counters and of verdict answers) and the UI (routes
+on the HTTP port) into the processor as an extension. ``otel_blame.processor`` imports neither.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,51 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+from pydantic import Field
 
-from otel_blame.processor.config import ConfigError, load_config
+from otel_blame.processor.config import ConfigError, ProcessorConfig, load_config
+from otel_blame.store.config import StoreConfig
+from otel_blame.ui.settings import UIConfig
+
+if TYPE_CHECKING:
+    from otel_blame.processor.pipeline import BlameProcessor
+
+
+class ServeConfig(ProcessorConfig):
+    """What ``otel-blame serve`` reads: the processor's sections, the blame store's and the web UI's."""
+
+    store: StoreConfig = Field(default_factory=StoreConfig)  # the blame store the web UI reads
+    ui: UIConfig = Field(default_factory=UIConfig)  # /ui/ and /api/ on the HTTP port
+
+
+def load_serve_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ServeConfig:
+    """YAML file (optional) <- environment <- overrides, as :func:`otel_blame.processor.load_config`."""
+    config = load_config(path, overrides=overrides, environ=environ, schema=ServeConfig)
+    assert isinstance(config, ServeConfig)
+    return config
+
+
+def serving_processor(config: ServeConfig, **options: Any) -> BlameProcessor:
+    """A processor with the blame store and the web UI plugged in, as ``otel-blame serve`` runs it
+    (``options``: :class:`~otel_blame.processor.pipeline.BlameProcessor`'s keyword arguments)."""
+    from otel_blame.processor.pipeline import BlameProcessor
+    from otel_blame.ui.attach import attach_blame_ui
+
+    def blame_store_and_ui(listeners: list[Any], http_routes: list[Any], metrics: Any) -> Any:
+        return attach_blame_ui(config, listeners, http_routes, metrics)
+
+    extensions = [*options.pop("extensions", ()), blame_store_and_ui]
+    return BlameProcessor(config, extensions=extensions, **options)
 
 
 @click.command("serve")
@@ -47,7 +92,7 @@ def serve(
     Configuration: FILE (YAML) <- OTEL_BLAME_<SECTION>__<KEY> environment variables <- flags.
     """
     try:
-        from otel_blame.processor.pipeline import BlameProcessor
+        import otel_blame.processor.pipeline  # noqa: F401 - the `processor` extra's dependencies
     except ModuleNotFoundError as error:  # run as `python -m otel_blame.cli` without the extra
         from otel_blame.console_script import missing_extra_message
 
@@ -66,13 +111,13 @@ def serve(
     put("assembly", "quiet_period", quiet_period)
     put("attribution", "method", method)
     try:
-        config = load_config(config_file, overrides=overrides)
+        config = load_serve_config(config_file, overrides=overrides)
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     if not config.exporter.endpoint:
         raise click.UsageError("exporter.endpoint: set a downstream with --downstream HOST:PORT")
     try:
-        processor = BlameProcessor(config)
+        processor = serving_processor(config)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     stop = threading.Event()

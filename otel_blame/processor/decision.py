@@ -1,12 +1,45 @@
-"""Deciding from the root span whether a trace failed: the signals are configurable."""
+"""Whether a trace failed, why, and on which spans: decided once, while the trace is assembled.
+
+The wire splitter asks :class:`FailureDetector` about every root span as it passes by (the signals
+are configurable); the assembler folds the answers and any verdict that arrives while the trace is
+buffered into one :class:`TraceDecision` when the trace completes. Every later stage reads that
+decision; none decides again. The one exception is a trace released without any root span (after
+``max_wait``): it is decided once, in its analysis, on the span the trajectory takes as its root
+(:func:`otel_blame.processor.analysis.blame_or_not`).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from otel_blame import semconv as sc
 from otel_blame.conventions import any_value_to_python
 from otel_blame.processor.config import DetectionConfig
+
+LATE_VERDICT = "failure reported by a verdict"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDecision:
+    """``failed``: attribute the trace; ``why``: the signal that says so; ``spans``: the hex ids of
+    the spans that carry it (the failed root; empty for a verdict)."""
+
+    failed: bool
+    why: str = ""
+    spans: tuple[str, ...] = ()
+    expected_output: str | None = None
+    decided: bool = True  # False: no root span arrived; decided on the root the trajectory chooses
+
+    @classmethod
+    def verdict(cls, expected_output: str | None = None) -> TraceDecision:
+        """A failure reported after the trace completed (``POST /v1/verdicts``, a late failed root)."""
+        return cls(True, LATE_VERDICT, (), expected_output)
+
+
+NOT_FAILED = TraceDecision(False)
+UNDECIDED = TraceDecision(False, "no root span: decided on the root the trajectory chooses", decided=False)
 
 
 def _number(value: object) -> float | None:
@@ -23,13 +56,10 @@ def _number(value: object) -> float | None:
 
 
 class FailureDetector:
-    """``failure_reason(root)`` says why the trace failed, or None when it did not."""
+    """``failure_reason(root)`` says why a root span means its trace failed, or None when it does not."""
 
     def __init__(self, config: DetectionConfig) -> None:
         self._config = config
-
-    def is_failed(self, root: Span) -> bool:
-        return self.failure_reason(root) is not None
 
     def failure_reason(self, root: Span) -> str | None:
         config = self._config

@@ -1,0 +1,213 @@
+"""The analysis of one trace, pure: parse -> trajectory -> attribute -> describe.
+
+A function of the trace's payloads and its :class:`~otel_blame.processor.decision.TraceDecision`
+(plus, for describe, the cross-run evidence read by the caller): no I/O, no shared state, nothing
+of the processor's. That is what lets it run in worker processes, on every core: the analysis
+stage (:mod:`.analyser`) sends an :class:`AnalysisJob` to a worker, which runs :func:`run_job`
+(parse, trajectory, attribute) and sends back an :class:`Analysis`; the stage then reads the
+workflow's cross-run evidence and calls :func:`describe`.
+
+Whether a trace is blamed at all is decided in ONE place, :func:`blame_or_not`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from otel_blame import semconv as sc
+from otel_blame.attribution.cross_run import CrossRunEvidence, combine
+from otel_blame.attribution.decision import blame_decision
+from otel_blame.attribution.result import Attribution
+from otel_blame.attribution.systemic import describe_failure
+from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
+from otel_blame.processor.attributor import AttributionRunner
+from otel_blame.processor.config import AttributionConfig, CrossRunConfig, DetectionConfig
+from otel_blame.processor.decision import NOT_FAILED, FailureDetector, TraceDecision
+from otel_blame.redaction import Redactor
+from otel_blame.trajectory import Outcome, Trajectory
+
+NO_TRAJECTORY, BUILT, ATTRIBUTED, UNATTRIBUTED = "no_trajectory", "built", "attributed", "unattributed"
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisJob:
+    """What a worker needs: the trace's payloads as they arrived, and its decision."""
+
+    trace_id: bytes
+    span_payloads: tuple[bytes, ...]
+    log_payloads: tuple[bytes, ...]
+    decision: TraceDecision
+    submitted_at: float  # time.monotonic() when queued: the attribution timeout counts from it
+    attribute: bool = True  # False: the trajectory only (a success, for the cross-run statistics)
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the analysis found. ``status``: ``no_trajectory`` (``problem`` says why, for
+    ``problem_service``), ``built`` (a trajectory, not attributed: the trace is not to be
+    blamed, or only its trajectory was asked for), ``attributed``, ``unattributed`` (the method
+    and its fallback failed: ``problem``)."""
+
+    status: str
+    decision: TraceDecision  # the job's, or for a trace without a root the one made here
+    trajectory: Trajectory | None = None
+    attribution: Attribution | None = None
+    service: str = ""  # the root's resource ``service.name`` ("" when it has none)
+    workflow_service: str = ""  # the same, else the service the trajectory builder found
+    resource: bytes = b""  # the root's Resource, serialised (a late blame span carries it)
+    problem: str | None = None
+    problem_service: str | None = None
+    fell_back: bool = False
+    steps_named_by_service: int = 0  # steps whose agent nothing but the service named
+
+
+def blame_or_not(
+    trajectory: Trajectory | None,
+    decision: TraceDecision,
+    root: Span | None = None,
+    detector: FailureDetector | None = None,
+) -> TraceDecision:
+    """THE decision whether a trace is attributed, and why: every analysis path asks it here.
+
+    The decision made at assembly (root signals, a verdict) stands; a trace that arrived without
+    a root span is decided on the ``root`` its trajectory chose. A failed trace is then put to
+    ``blame_decision`` (the attribution layer's, shared by every surface) before attribution."""
+    if decision.decided:
+        return decision
+    why = detector.failure_reason(root) if root is not None and detector is not None else None
+    if why is None:
+        return NOT_FAILED
+    return TraceDecision(True, why, (root.span_id.hex(),) if root is not None else ())
+
+
+def as_failed(trajectory: Trajectory, decision: TraceDecision) -> Trajectory:
+    """The trajectory as the failed run the decision says it is."""
+    task = trajectory.task
+    if decision.expected_output is not None:
+        task = task.model_copy(update={"expected_output": decision.expected_output})
+    update: dict[str, object] = {"outcome": Outcome.FAILURE, "task": task}
+    if trajectory.outcome_reason is None and decision.why:
+        update["outcome_reason"] = decision.why
+    return trajectory.model_copy(update=update)
+
+
+def analyse(job: AnalysisJob, runner: AttributionRunner | None, detector: FailureDetector) -> Analysis:
+    """Parse -> trajectory -> blame or not -> attribute (``runner`` None: never attribute)."""
+    request = ExportTraceServiceRequest.FromString(b"".join(job.span_payloads))
+    logs = ExportLogsServiceRequest.FromString(b"".join(job.log_payloads)) if job.log_payloads else None
+    try:
+        built = build_trajectory(list(request.resource_spans), list(logs.resource_logs) if logs else ())
+    except ValueError as error:
+        decision = blame_or_not(None, job.decision)
+        if isinstance(error, NoTrajectory):
+            return Analysis(NO_TRAJECTORY, decision, problem=error.reason, problem_service=error.service)
+        return Analysis(NO_TRAJECTORY, decision, problem=str(error))
+    trajectory = built.trajectory
+    root, resource = _root_of(request, trajectory.root_span_id)
+    decision = blame_or_not(trajectory, job.decision, root, detector)
+    service = _service(resource)
+    found = {
+        "trajectory": trajectory,
+        "service": service,
+        "workflow_service": service or built.notes.service,
+        "resource": resource.SerializeToString() if resource is not None else b"",
+        "steps_named_by_service": built.notes.agent_from_service,
+    }
+    if not (decision.failed and job.attribute and runner is not None):
+        return Analysis(BUILT, decision, **found)
+    trajectory = found["trajectory"] = as_failed(trajectory, decision)
+    blamed = blame_decision(trajectory)  # the one decision the CLI, API and UI take too
+    if not blamed.blame:
+        return Analysis(UNATTRIBUTED, decision, problem=blamed.why, **found)
+    outcome = runner.attribute(trajectory, submitted_at=job.submitted_at)
+    if outcome.attribution is None:
+        return Analysis(UNATTRIBUTED, decision, problem=outcome.problem, fell_back=outcome.fell_back, **found)
+    return Analysis(
+        ATTRIBUTED, decision, attribution=outcome.attribution, fell_back=outcome.fell_back, **found
+    )
+
+
+def describe(
+    trajectory: Trajectory,
+    attribution: Attribution,
+    evidence: CrossRunEvidence | None,
+    settings: CrossRunConfig,
+) -> Attribution:
+    """The attribution weighed against its workflow's cross-run evidence (when there is any), then
+    described: category, failing dependency, failure mode (LLM methods leave them open)."""
+    if evidence is not None:
+        attribution = combine(
+            trajectory,
+            attribution,
+            evidence,
+            weight=settings.weight,
+            prior_runs=settings.prior_runs,
+            min_failing_runs=settings.min_failing_runs,
+        )
+    return describe_failure(trajectory, attribution)
+
+
+def _root_of(
+    request: ExportTraceServiceRequest, span_id_hex: str | None
+) -> tuple[Span | None, Resource | None]:
+    """The trajectory's root span and its resource."""
+    if not span_id_hex:
+        return None, None
+    wanted = bytes.fromhex(span_id_hex)
+    for resource in request.resource_spans:
+        for scope in resource.scope_spans:
+            for span in scope.spans:
+                if span.span_id == wanted:
+                    return span, resource.resource
+    return None, None
+
+
+def _service(resource: Resource | None) -> str:
+    if resource is None:
+        return ""
+    return str(attributes_to_dict(resource.attributes).get(sc.SERVICE_NAME, ""))
+
+
+# -- in a worker process ---------------------------------------------------------------------------
+_runner: AttributionRunner | None = None
+_detector: FailureDetector | None = None
+
+
+def start_worker(
+    config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None, processor_pid: int
+) -> None:
+    """A worker process's initializer: its own attribution method (and LLM client), and a watch on
+    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
+    global _runner, _detector
+    _runner = AttributionRunner(config, redactor)
+    _detector = FailureDetector(detection)
+    threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass  # alive, another user's (cannot be ours, but never exit on a doubt)
+
+
+def run_job(job: AnalysisJob) -> Analysis:
+    """A worker process's task."""
+    assert _detector is not None
+    return analyse(job, _runner, _detector)
+
+
+def warm_up() -> None:
+    """Nothing: run once by each worker at start, so the workers exist before the first trace."""

@@ -1,0 +1,230 @@
+"""The last stage before the exporter: analysed traces in, spans (enriched or not) out, verdicts published.
+
+For each :class:`~otel_blame.processor.analyser.Analysed` item it forwards the trace as it arrived,
+or writes the blame onto its spans (:class:`~otel_blame.processor.enricher.BlameEnricher`) and
+exports those, or, for a trace that went out already, exports one late ``blame {agent}`` span
+(durable in the write-ahead log before it is sent); it keeps completed traces for late verdicts
+and publishes each trace's verdict to the listeners (:mod:`.listeners`).
+
+Late blame spans of traces forwarded first (:mod:`.analyser`) come in bursts when a backlog
+drains; :class:`LateSpanWriter` stores all that wait in one log row (one fsync) and sends them as
+one request, instead of one durable write each.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from otel_blame.attribution.result import Attribution
+from otel_blame.processor.analyser import Analysed, Handling
+from otel_blame.processor.assembler import BufferedTrace
+from otel_blame.processor.config import EnrichmentConfig
+from otel_blame.processor.counters import Counters
+from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
+from otel_blame.processor.exporter import LOGS, TRACES, ExportItem, OTLPExporter
+from otel_blame.processor.listeners import TraceVerdict, VerdictBus
+from otel_blame.processor.retention import RetainedTraces
+from otel_blame.processor.wal import (
+    KIND_DIRECT_LOGS,
+    KIND_DIRECT_TRACES,
+    WALClosed,
+    WALFull,
+    WALStorageError,
+    WriteAheadLog,
+)
+from otel_blame.trajectory import Outcome
+
+log = logging.getLogger(__name__)
+
+
+class EnrichExportStage:
+    """A :class:`~otel_blame.processor.stage.Consumer` of analysed traces."""
+
+    def __init__(
+        self,
+        config: EnrichmentConfig,
+        *,
+        wal: WriteAheadLog,
+        exporter: OTLPExporter,
+        retained: RetainedTraces,
+        enricher: BlameEnricher,
+        bus: VerdictBus,
+        counters: Counters,
+    ) -> None:
+        self._config = config
+        self._wal = wal
+        self._exporter = exporter
+        self._retained = retained
+        self._enricher = enricher
+        self._bus = bus
+        self._counters = counters
+        self._late_spans = LateSpanWriter(wal, exporter, counters)
+
+    def wait_idle(self, deadline: float) -> bool:
+        return self._late_spans.wait_idle(deadline)
+
+    def close(self) -> None:
+        self._late_spans.close()
+
+    def consume(self, item: Analysed) -> None:
+        trace, handling = item.trace, item.handling
+        if handling == Handling.UNCHANGED:
+            self._forward(trace)
+        elif handling in (Handling.SUCCESS, Handling.DEFERRED):
+            self._forward(trace)
+            self._retain(trace)
+        elif handling == Handling.OBSERVED:
+            self._publish(item, Outcome.SUCCESS if trace.has_root else Outcome.UNKNOWN)
+        elif item.late:
+            if item.attribution is None:
+                self._publish(item, Outcome.FAILURE)
+            else:
+                self.blame_late(item, remember=True)
+        elif item.attribution is None:  # failed, but not attributed: on unchanged, counted
+            self._publish(item, Outcome.FAILURE)
+            self._forward(trace)
+            self._retain(trace)
+        else:
+            self._enrich_and_export(item, item.attribution)
+
+    def _enrich_and_export(self, item: Analysed, attribution: Attribution) -> None:
+        trace, analysis = item.trace, item.analysis
+        assert analysis is not None and analysis.trajectory is not None
+        request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
+        evaluation = self._enricher.enrich(request.resource_spans, analysis.trajectory, attribution)
+        enriched = request.SerializeToString()
+        self._publish(item, Outcome.FAILURE)
+        self._exporter.consume(ExportItem(TRACES, enriched, trace.span_refs, trace.spans))
+        if trace.log_payloads:
+            logs = b"".join(trace.log_payloads)
+            self._exporter.consume(ExportItem(LOGS, logs, trace.log_refs, trace.log_records))
+        self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
+        if evaluation is not None:
+            self._send_evaluation_log(evaluation, analysis.resource, trace.trace_id.hex())
+
+    def blame_late(self, item: Analysed, *, remember: bool) -> str:
+        """One ``blame {agent}`` span for a trace that went out already; returns its span id.
+
+        ``remember`` (a trace forwarded first, a late failed root): the span joins the next batch
+        of late spans, and the blame is noted on the retained copy (a later verdict finds it).
+        Otherwise (a verdict waiting for its answer) it is stored now, and the log's error raised
+        when it cannot be (the verdict then asks to retry)."""
+        analysis, attribution = item.analysis, item.attribution
+        assert analysis is not None and analysis.trajectory is not None and attribution is not None
+        resource = Resource.FromString(analysis.resource) if analysis.resource else None
+        payload, evaluation = self._enricher.late_blame_span(analysis.trajectory, attribution, resource)
+        if remember:
+            self._publish(item, Outcome.FAILURE)
+            self._late_spans.put(payload)
+            kept = self._retained.get(item.trace.trace_id, time.monotonic())
+            if kept is not None:
+                with kept.lock:
+                    kept.attribution = kept.attribution or attribution
+        else:
+            row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
+            self._publish(item, Outcome.FAILURE)
+            self._exporter.consume(ExportItem(TRACES, payload, [row], 1))
+        self._send_evaluation_log(evaluation, analysis.resource, item.trace.trace_id.hex())
+        return evaluation.span_id.hex()
+
+    def _publish(self, item: Analysed, outcome: Outcome) -> None:
+        analysis = item.analysis
+        self._bus.publish(
+            TraceVerdict(
+                trace_id=item.trace.trace_id.hex(),
+                outcome=outcome.value,
+                service=analysis.service if analysis is not None else "",
+                workflow_service=analysis.workflow_service if analysis is not None else "",
+                trajectory=analysis.trajectory if analysis is not None else None,
+                attribution=item.attribution,
+                late=item.late,
+                finished_at_unix=time.time(),
+            )
+        )
+
+    def _forward(self, trace: BufferedTrace) -> None:
+        for export in trace.export_items():
+            self._exporter.consume(export)
+
+    def _retain(self, trace: BufferedTrace) -> None:
+        self._retained.keep(trace.trace_id, time.monotonic(), trace.span_payloads, trace.log_payloads)
+
+    def _send_evaluation_log(self, evaluation: EvaluationEvent, resource: bytes, trace_hex: str) -> None:
+        """The evaluation event as a log record (when configured), durable like a late span. The blame
+        is already on the spans, so a log that cannot store it costs only this copy."""
+        if not self._config.evaluation_log_records:
+            return
+        payload = evaluation_log_request(evaluation, Resource.FromString(resource) if resource else None)
+        try:
+            row = self._wal.append(KIND_DIRECT_LOGS, payload, parts=1)
+        except (WALFull, WALStorageError, WALClosed) as error:
+            self._counters.add("evaluation_logs_dropped")
+            log.warning("trace %s: evaluation log record not sent: %s", trace_hex, error)
+            return
+        self._exporter.consume(ExportItem(LOGS, payload, [row], 1))
+
+
+class LateSpanWriter:
+    """Stores the late blame spans that wait in one write-ahead log row and sends them as one
+    request (serialised requests concatenate into one), on its own thread."""
+
+    def __init__(
+        self, wal: WriteAheadLog, exporter: OTLPExporter, counters: Counters, max_batch: int = 1000
+    ) -> None:
+        self._wal = wal
+        self._exporter = exporter
+        self._counters = counters
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._waiting = 0
+        self._idle = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="otel-blame-late-spans", daemon=True)
+        self._thread.start()
+
+    def put(self, payload: bytes) -> None:
+        with self._idle:
+            self._waiting += 1
+        self._queue.put(payload)
+
+    def wait_idle(self, deadline: float) -> bool:
+        with self._idle:
+            while self._waiting and time.monotonic() < deadline:
+                self._idle.wait(0.05)
+            return not self._waiting
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch = [first]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            body = b"".join(batch)
+            try:
+                row = self._wal.append(KIND_DIRECT_TRACES, body, parts=1)
+            except (WALFull, WALStorageError, WALClosed) as error:
+                self._counters.add("late_blames_dropped", len(batch))
+                log.warning("%d late blame span(s) not sent: %s", len(batch), error)
+            else:
+                self._exporter.consume(ExportItem(TRACES, body, [row], len(batch)))
+            with self._idle:
+                self._waiting -= len(batch)
+                self._idle.notify_all()
+            if stop:
+                return
