@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 from otel_blame import semconv as sc
 from otel_blame.attribution.decision import BlameDecision, blame_decision
 from otel_blame.cli import main
+from otel_blame.commands.serve import load_serve_config, serving_processor
 from otel_blame.loaders import load_trajectory
 from otel_blame.otlp_json import traces_to_json
-from otel_blame.processor import BlameProcessor, load_config
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 from otel_blame.store import StoreConfig, open_store
 from otel_blame.ui.app import create_ui_app
@@ -134,7 +134,7 @@ def test_the_processor_blames_what_the_decision_blames(runs, tmp_path: Path) -> 
     """The processor (in-process, fed over OTLP/gRPC) keeps a blame for the failure only."""
     with RecordingOTLPSink() as sink:
         overrides = processor_overrides(sink.endpoint, tmp_path / "wal")
-        processor = BlameProcessor(load_config(overrides=overrides, environ={})).start()
+        processor = serving_processor(load_serve_config(overrides=overrides, environ={})).start()
         try:
             sent = 0
             for kind in RUNS:
