@@ -105,10 +105,12 @@ def postgres_url() -> Iterator[str]:
 def empty_store_tables(url: str) -> None:
     """Drop every row the blame store keeps, so a test starts from an empty shared database."""
     from otel_blame.store import StoreConfig, open_store
+    from otel_blame.store.cross_run import metadata as cross_run_metadata
     from otel_blame.store.schema import metadata
 
     store = open_store(StoreConfig(url=url))
+    cross_run_metadata.create_all(store.engine, checkfirst=True)
     with store.engine.begin() as connection:
-        for table in reversed(metadata.sorted_tables):
+        for table in [*reversed(metadata.sorted_tables), *reversed(cross_run_metadata.sorted_tables)]:
             connection.execute(table.delete())
     store.close()

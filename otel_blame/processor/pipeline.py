@@ -118,8 +118,9 @@ class BlameProcessor:
         if config.alerting.webhook is not None:
             self._notifier = WebhookNotifier(config.alerting.webhook)
         if config.cross_run.enabled:
-            try:
-                self._cross_run = CrossRunStatistics(
+            try:  # in the shared store when it is one (replicas then count every run), else SQLite
+                shared = getattr(self._blame_ui, "shared_cross_run", lambda _config: None)(config.cross_run)
+                self._cross_run = shared or CrossRunStatistics(
                     config.cross_run,
                     config.cross_run.path or config.wal.dir / CROSS_RUN_FILE,
                     min_free_bytes=config.wal.reserve_bytes,

@@ -23,6 +23,7 @@ from otel_blame.alerting.metrics import BlameSeries, merge_series
 from otel_blame.attribution.result import Attribution
 from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
+from otel_blame.store.cross_run import SharedCrossRunStatistics
 from otel_blame.store.outbox import FILE_NAME as OUTBOX_FILE
 from otel_blame.store.outbox import BlameOutbox, DurableBlameWriter
 from otel_blame.store.records import StoredRun, build_run
@@ -100,6 +101,17 @@ class ProcessorUI:
                 )
         # the store is down: its last counts, and what waits since (the outbox only grows meanwhile)
         return merge_series(self._last, self.durable.waiting_series())
+
+    def shared_cross_run(self, config: Any) -> SharedCrossRunStatistics | None:
+        """The cross-run statistics in the shared PostgreSQL store, or None (SQLite next to the log)."""
+        if self.store.dialect != "postgresql":
+            return None
+        return SharedCrossRunStatistics(
+            self.store.engine,
+            max_workflows=config.max_workflows,
+            max_agents_per_workflow=config.max_agents_per_workflow,
+            max_components_per_agent=config.max_components_per_agent,
+        )
 
     def stored_blame(self, trace_id: str) -> StoredRun | None:
         """The stored blame of a trace (attributed by any replica sharing the store), or None; a store
