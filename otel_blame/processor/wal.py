@@ -149,7 +149,10 @@ class WriteAheadLog:
                 "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*), COALESCE(MAX(id), 0) FROM requests"
             ).fetchone()
             if count == 0 and self._connection.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
-                self._connection.execute("VACUUM")  # a log from before auto_vacuum: convert it while empty
+                try:  # a log from before auto_vacuum: convert it while it is empty (cheap)
+                    self._connection.execute("VACUUM")
+                except sqlite3.Error as error:  # e.g. a full disk: it works as before, converted next time
+                    log.warning("write-ahead log: cannot convert to auto_vacuum: %s", error)
         except sqlite3.Error:
             self._connection.close()
             raise
@@ -203,6 +206,24 @@ class WriteAheadLog:
         except sqlite3.Error as error:
             log.debug("write-ahead log: reclaiming free pages failed: %s", error)
         self._take_reserve()
+
+    _KEEP_FREE_BYTES = 4 * 1024 * 1024
+
+    def _trim(self) -> None:
+        """After deletes: free pages beyond what new rows will soon reuse go back to the filesystem,
+        so a drained log does not sit on the room of what it held (other files on the disk, the
+        reserve). Keeps ``reserve_bytes`` (4 MiB without a reserve) of free pages for the next appends."""
+        try:
+            page_size, free = (
+                self._connection.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("page_size", "freelist_count")
+            )
+            excess = free - (self.reserve_bytes or self._KEEP_FREE_BYTES) // page_size
+            if excess > 0:  # the file shrinks when the checkpoint copies the vacuum into it
+                self._connection.executescript(f"PRAGMA incremental_vacuum({int(excess)});")
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as error:
+            log.debug("write-ahead log: returning free pages failed: %s", error)
 
     # -- reading back after a restart --------------------------------------------------------
     def recovered(self) -> Iterator[WALRow]:
@@ -420,6 +441,7 @@ class WriteAheadLog:
                         len(self._deletes_pending),
                     )
                     return
+        self._trim()
         self._reclaim()
 
     def _delete(self, row_ids: list[int]) -> bool:

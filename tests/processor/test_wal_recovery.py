@@ -9,10 +9,16 @@ room left for a checkpoint, and then for no commit at all, deletes included.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from otel_blame.processor import BlameProcessor, load_config
+from otel_blame.processor.wal import KIND_TRACES, WALStorageError, WriteAheadLog
 
 from .conftest import processor_overrides
 from .test_wal_storage import _body, _export, _fill_until_refused, _rows_on_disk, _wait_for, small_disk
@@ -56,6 +62,7 @@ def test_every_export_after_recovery_is_accepted_for_a_minute(sink, small_disk: 
             else:
                 refusals.append(f"export {sent} at {elapsed:.1f} s: {error.code()} {error.details()}")
             sent += 1
+        print(f"after recovery: {sent} exports in {STEADY_SECONDS:.0f} s, {len(refusals)} refused")
         assert not refusals, f"{len(refusals)} of {sent} refused: {refusals[:3]}"
         assert sent >= STEADY_SECONDS * STEADY_RATE * 0.5
         assert _wait_for(lambda: acked <= _delivered(sink)), "acknowledged spans were lost"
@@ -63,3 +70,34 @@ def test_every_export_after_recovery_is_accepted_for_a_minute(sink, small_disk: 
     finally:
         delivered = processor.stop(timeout=10)
     assert delivered is True and _rows_on_disk(wal_dir) == 0
+
+
+def test_a_drained_log_gives_its_pages_back_and_holds_its_reserve_again(small_disk: Path) -> None:
+    wal = WriteAheadLog(small_disk / "wal", max_bytes=1 << 30, reserve_bytes=256 * 1024)
+    try:
+        rows = []
+        with pytest.raises(WALStorageError):
+            for _ in range(200):
+                rows.append(wal.append(KIND_TRACES, os.urandom(30_000), parts=1))
+        assert rows
+        wal.release(rows)
+        assert _wait_for(lambda: wal.pending_rows == 0 and wal.reserve_path.exists())
+        # the delivered rows' pages left the file (all but the reserve's worth, kept for new rows)
+        assert _wait_for(lambda: wal.path.stat().st_size < 512 * 1024), wal.path.stat().st_size
+        for _ in range(2 * len(rows)):  # twice what filled the disk, through the same space
+            wal.release([wal.append(KIND_TRACES, os.urandom(30_000), parts=1)])
+    finally:
+        wal.close()
+    assert wal.rows_on_disk == 0
+
+
+def test_an_empty_log_from_before_auto_vacuum_is_converted(tmp_path: Path) -> None:
+    path = tmp_path / "otel-blame-wal.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(
+            "CREATE TABLE requests (id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, "
+            "body BLOB NOT NULL)"
+        )
+    WriteAheadLog(tmp_path, max_bytes=1 << 30).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
