@@ -126,6 +126,7 @@ class DurableBlameWriter:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._warned_at = -60.0
+        self._stored: list[BlameSeries] = []  # the store's counts when it was last read
         self._thread = threading.Thread(target=self._run, name="otel-blame-outbox", daemon=True)
         self._thread.start()
         if self._waiting:
@@ -193,17 +194,15 @@ class DurableBlameWriter:
 
     def blame_series(self) -> list[BlameSeries]:
         """This replica's culprit counters: the store's, plus the blames waiting in the outbox (and any
-        neither could keep). Raises when the store cannot be read (the caller serves its last counts)."""
+        neither could keep). A store that cannot be read counts with its last counts, so the
+        counters never go backwards."""
         with self._lock:
-            stored = self.store.blame_counters(self.count_as.replica)
+            try:
+                self._stored = self.store.blame_counters(self.count_as.replica)
+            except Exception as error:
+                self._warn(f"cannot read the culprit counters ({error}); serving the last counts")
             waiting = self.outbox.blame_series()
-        return merge_series(stored, waiting, self.unkept.blame_series())
-
-    def waiting_series(self) -> list[BlameSeries]:
-        """The blames not in the store (outbox and unkept): what a scrape adds when the store is down."""
-        with self._lock:
-            waiting = self.outbox.blame_series()
-        return merge_series(waiting, self.unkept.blame_series())
+        return merge_series(self._stored, waiting, self.unkept.blame_series())
 
     def close(self) -> None:
         self._stop.set()

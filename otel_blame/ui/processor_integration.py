@@ -14,12 +14,11 @@ and a verdict for an already attributed trace is answered from the stored record
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from otel_blame.alerting.metrics import BlameSeries, merge_series
+from otel_blame.alerting.metrics import BlameSeries
 from otel_blame.attribution.result import Attribution
 from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
@@ -81,26 +80,14 @@ class ProcessorUI:
         self.writer = StoreWriter(self.durable)
         self.ui = BlameUI(store, settings)
         self._on_close: list[Callable[[], None]] = []
-        self._last: list[BlameSeries] = []
-        self._warned_at = 0.0
 
     def routes(self) -> list[Any]:
         return self.ui.routes()
 
     def blame_series(self) -> list[BlameSeries]:
-        """This replica's culprit counters, read from the store at every scrape, plus the blames the
-        store could not keep. A store that cannot be read gives its last counts (never fewer)."""
-        try:
-            self._last = self.durable.blame_series()
-            return self._last
-        except Exception as error:
-            if time.monotonic() - self._warned_at > 60:
-                self._warned_at = time.monotonic()
-                log.warning(
-                    "culprit counters: cannot read the blame store (%s); serving the last counts", error
-                )
-        # the store is down: its last counts, and what waits since (the outbox only grows meanwhile)
-        return merge_series(self._last, self.durable.waiting_series())
+        """This replica's culprit counters, read from the store at every scrape, plus the blames
+        waiting for it in the outbox. A store that cannot be read gives its last counts (never fewer)."""
+        return self.durable.blame_series()
 
     def shared_cross_run(self, config: Any) -> SharedCrossRunStatistics | None:
         """The cross-run statistics in the shared PostgreSQL store, or None (SQLite next to the log)."""

@@ -80,10 +80,10 @@ def test_blames_wait_through_a_store_outage_and_a_restart(cluster: PostgresClust
                 body, trace_id = _failed_trace(n)
                 first.accept_traces(body)
                 sent.add(trace_id)
-            assert _wait_for(lambda: first.stats()["attributed_traces"] == BLAMES)
-            assert _waiting(wal_dir) == BLAMES  # on disk, not in memory
+            assert _wait_for(lambda: first.stats()["attributed_traces"] == BLAMES, 60)
+            assert _wait_for(lambda: _waiting(wal_dir) == BLAMES, 60)  # on disk, not in memory
         finally:
-            assert first.stop(timeout=10) is True  # every span delivered; the blames wait apart
+            assert first.stop(timeout=30) is True  # every span delivered; the blames wait apart
 
         second = BlameProcessor(load_config(overrides=overrides, environ={})).start()  # store still down
         try:
