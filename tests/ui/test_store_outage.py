@@ -57,7 +57,7 @@ def test_a_store_outage_neither_loses_nor_rewinds_a_blame(
             attached.writer(_finished(1))
             assert _blames(metrics) == 2  # the last stored count (1) plus the one it could not keep
             assert "otel_blame_attributions_total" in metrics.render()
-        assert attached.store.count() == 1
+            assert attached.store.count() == 1 and len(attached.durable.outbox) == 1
         # back: the blame that waited in the outbox is written, the new one after it, each counted once
         attached.writer(_finished(2))
         assert attached.durable.flush()
