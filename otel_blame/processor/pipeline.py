@@ -180,8 +180,17 @@ class BlameProcessor:
             self._notifier = WebhookNotifier(config.alerting.webhook)
         queued: list[VerdictListener] = []
         if config.cross_run.enabled:
-            try:
-                self._cross_run = CrossRunStatistics(
+            try:  # in a shared store an extension offers (replicas then count every run), else SQLite
+                shared = next(
+                    (
+                        found
+                        for attached in self._attachments
+                        if (offer := getattr(attached, "shared_cross_run", None)) is not None
+                        and (found := offer(config.cross_run)) is not None
+                    ),
+                    None,
+                )
+                self._cross_run = shared or CrossRunStatistics(
                     config.cross_run,
                     config.cross_run.path or config.wal.dir / CROSS_RUN_FILE,
                     min_free_bytes=config.wal.reserve_bytes,

@@ -12,6 +12,16 @@ status. Deletes are committed on their own, before appends, and retried until th
 the log drains by itself once the downstream is back. A reserve file (``wal.reserve_bytes``)
 holds back some disk: when a delete or the start-up hits a full disk, the reserve is given up
 so that SQLite has room to record the deletes, and taken again once there is space.
+
+Why the space of delivered rows must go back to the filesystem, and how it does: a delete only
+puts the row's pages on SQLite's free list, and the file keeps its size. Without more, the reserve
+given up in one full-disk episode could never be taken again (the file holds the room), so the
+next fill ends with no reserve, a checkpoint that needs to grow the file on a full disk, a SQLite
+``-wal`` file that can therefore never restart, and no commit at all, not even the deletes: a
+wedge. So the log is ``auto_vacuum=INCREMENTAL``: while the reserve is not held, each round of
+deletes is followed by ``incremental_vacuum`` (the free pages leave the file), a truncating
+checkpoint, and a new attempt to take the reserve; and appends are refused (retryably) while
+the reserve cannot be held, so the disk is never filled past the room the deletes need.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +109,8 @@ class WriteAheadLog:
         self._bytes = int(row[0])
         self.recovered_rows = int(row[1])
         self._recover_up_to = int(row[2])
+        self._reserve_held = not reserve_bytes
+        self._reclaimed_at = 0.0
         self._take_reserve()
         self._sizes: dict[int, int] = {}
         self._remaining: dict[int, int] = {}
@@ -114,6 +127,9 @@ class WriteAheadLog:
     def _open(self) -> tuple[int, int, int]:
         self._connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         try:
+            # before any table exists (a new file): delivered rows can give their pages back to
+            # the filesystem (``incremental_vacuum``), see the module's docstring
+            self._connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=FULL")
             # Debian's SQLite zeroes every freed page by default, which turns a delete into as
@@ -132,6 +148,11 @@ class WriteAheadLog:
             total, count, last = self._connection.execute(
                 "SELECT COALESCE(SUM(LENGTH(body)), 0), COUNT(*), COALESCE(MAX(id), 0) FROM requests"
             ).fetchone()
+            if count == 0 and self._connection.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+                try:  # a log from before auto_vacuum: convert it while it is empty (cheap)
+                    self._connection.execute("VACUUM")
+                except sqlite3.Error as error:  # e.g. a full disk: it works as before, converted next time
+                    log.warning("write-ahead log: cannot convert to auto_vacuum: %s", error)
         except sqlite3.Error:
             self._connection.close()
             raise
@@ -145,12 +166,14 @@ class WriteAheadLog:
             return
         try:
             if self.reserve_path.exists() and self.reserve_path.stat().st_size >= self.reserve_bytes:
+                self._reserve_held = True
                 return
             disk = os.statvfs(self.reserve_path.parent)
             if disk.f_bavail * disk.f_frsize < 2 * self.reserve_bytes:
                 return
             with open(self.reserve_path, "wb") as reserve:
                 os.posix_fallocate(reserve.fileno(), 0, self.reserve_bytes)
+            self._reserve_held = True
         except OSError:
             self.reserve_path.unlink(missing_ok=True)  # no room now; try again after the next deletes
 
@@ -159,7 +182,48 @@ class WriteAheadLog:
             return False
         log.warning("write-ahead log: disk full; releasing the %d-byte reserve to drain", self.reserve_bytes)
         self.reserve_path.unlink(missing_ok=True)
+        self._reserve_held = False
         return True
+
+    _RECLAIM_SECONDS = 0.2
+
+    def _reclaim(self, *, now: bool = True) -> None:
+        """Give the pages of deleted rows back to the filesystem and take the reserve again.
+
+        Runs on the writer thread while the reserve is not held (after a full disk). The free
+        pages leave the file (``incremental_vacuum``), the ``-wal`` file is checkpointed and
+        truncated, and what that freed is where the reserve goes. After deletes at once; for
+        refused appends (``now=False``) at most every ``_RECLAIM_SECONDS`` (a checkpoint is an fsync)."""
+        if self._reserve_held:
+            return
+        if not now and time.monotonic() - self._reclaimed_at < self._RECLAIM_SECONDS:
+            return
+        self._reclaimed_at = time.monotonic()
+        try:
+            # executescript steps the pragma to its end (execute frees a single page per call)
+            self._connection.executescript("PRAGMA incremental_vacuum;")
+            self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as error:
+            log.debug("write-ahead log: reclaiming free pages failed: %s", error)
+        self._take_reserve()
+
+    _KEEP_FREE_BYTES = 4 * 1024 * 1024
+
+    def _trim(self) -> None:
+        """After deletes: free pages beyond what new rows will soon reuse go back to the filesystem,
+        so a drained log does not sit on the room of what it held (other files on the disk, the
+        reserve). Keeps ``reserve_bytes`` (4 MiB without a reserve) of free pages for the next appends."""
+        try:
+            page_size, free = (
+                self._connection.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("page_size", "freelist_count")
+            )
+            excess = free - (self.reserve_bytes or self._KEEP_FREE_BYTES) // page_size
+            if excess > 0:  # the file shrinks when the checkpoint copies the vacuum into it
+                self._connection.executescript(f"PRAGMA incremental_vacuum({int(excess)});")
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as error:
+            log.debug("write-ahead log: returning free pages failed: %s", error)
 
     # -- reading back after a restart --------------------------------------------------------
     def recovered(self) -> Iterator[WALRow]:
@@ -313,17 +377,23 @@ class WriteAheadLog:
 
     def _write(self, appends: list[_Append], stop: bool) -> None:
         """One round of the writer: pending deletes and the appends that queued up."""
-        if appends and self._deletes_pending and not stop and self._commit_together(appends):
-            for item in appends:
-                item.done.set()
-            return
+        if appends and self._deletes_pending and self._reserve_held and not stop:
+            if self._commit_together(appends):
+                for item in appends:
+                    item.done.set()
+                return
         self._commit_deletes()
         if stop and self._deletes_pending:  # one last chance with the reserve given up
             if self._give_up_reserve():
                 self._commit_deletes()
         if not appends:
             return
+        self._reclaim(now=False)
         try:
+            if not self._reserve_held:  # what is left of the disk is the deletes' room
+                raise sqlite3.OperationalError(
+                    f"disk full: fewer than {2 * self.reserve_bytes} bytes free for the log's reserve"
+                )
             self._commit_appends(appends)
         except Exception as error:  # disk full, I/O error: the senders get an error, not an ack
             self.failed_commits += 1
@@ -371,12 +441,8 @@ class WriteAheadLog:
                         len(self._deletes_pending),
                     )
                     return
-        if self.reserve_bytes and not self.reserve_path.exists():
-            try:
-                self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error:
-                pass
-            self._take_reserve()
+        self._trim()
+        self._reclaim()
 
     def _delete(self, row_ids: list[int]) -> bool:
         try:

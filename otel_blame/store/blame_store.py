@@ -111,12 +111,23 @@ class BlameStore:
         self.config = config or StoreConfig()
         self._writes = 0
         self._lock = threading.Lock()
-        self._create_schema()
-        self.prune()
+        self._schema_ready = False
+        try:
+            self._ensure_schema()
+        except OperationalError as error:  # unreachable: start anyway, blames wait in the outbox
+            log.warning("blame store: unreachable at start (%s); tables are created when it answers", error)
 
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    def _ensure_schema(self) -> None:
+        """Create the tables (and enforce the bounds) on first contact with the database."""
+        if self._schema_ready:
+            return
+        self._create_schema()
+        self._schema_ready = True
+        self.prune()
 
     def _create_schema(self) -> None:
         # Two replicas starting together against one PostgreSQL may both try to create the table.
@@ -144,11 +155,14 @@ class BlameStore:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def add(self, run: StoredRun, *, count_as: CountAs | None = None) -> None:
+    def add(self, run: StoredRun, *, count_as: CountAs | None = None, skip_if_kept: bool = False) -> None:
         """Keep one attributed failure; a later verdict for the same trace replaces the earlier one.
 
         With ``count_as`` the blame is also counted on that replica's culprit counters, in the same
-        transaction (so a blame is never kept without being counted, or counted without being kept)."""
+        transaction (so a blame is never kept without being counted, or counted without being kept).
+        With ``skip_if_kept`` the same blame written again (same trace, time, agent and method: an
+        outbox entry the store took just before a crash) changes nothing and is not counted again."""
+        self._ensure_schema()
         record = run.model_dump_json()
         row = {
             "trace_id": run.trace_id.lower(),
@@ -171,6 +185,8 @@ class BlameStore:
         for attempt in range(3):
             try:
                 with self.engine.begin() as connection:
+                    if skip_if_kept and self._kept(connection, row):
+                        return
                     connection.execute(delete(failures).where(failures.c.trace_id == run.trace_id.lower()))
                     connection.execute(insert(failures).values(**row))
                     if count_as is not None:
@@ -186,6 +202,16 @@ class BlameStore:
             due = self._writes % self.config.prune_every == 0
         if due:
             self.prune()
+
+    @staticmethod
+    def _kept(connection: Connection, row: dict) -> bool:
+        """Whether exactly this blame (trace, time, agent, method) is stored already."""
+        kept = connection.execute(
+            select(failures.c.attributed_at_ms, failures.c.agent, failures.c.method).where(
+                failures.c.trace_id == row["trace_id"]
+            )
+        ).first()
+        return kept is not None and tuple(kept) == (row["attributed_at_ms"], row["agent"], row["method"])
 
     @staticmethod
     def _count_blame(connection: Connection, count_as: CountAs, labels: CulpritLabels) -> None:
@@ -237,6 +263,7 @@ class BlameStore:
 
     def blame_counters(self, replica: str) -> list[BlameSeries]:
         """The replica's culprit counters, in the order the series first appeared (what /metrics serves)."""
+        self._ensure_schema()
         with self.engine.connect() as connection:
             rows = connection.execute(
                 select(
@@ -343,6 +370,7 @@ class BlameStore:
         return FailurePage(total=int(total), limit=limit, offset=offset, failures=summaries)
 
     def run(self, trace_id: str) -> StoredRun | None:
+        self._ensure_schema()
         with self.engine.connect() as connection:
             record = connection.execute(
                 select(failures.c.record).where(failures.c.trace_id == trace_id.lower())
@@ -465,7 +493,11 @@ def open_store(config: StoreConfig | None = None, *, wal_dir: Path | None = None
     """The store a configuration means: ``url`` (PostgreSQL or any SQLAlchemy URL), else SQLite."""
     config = config or StoreConfig()
     if config.url is not None:
-        engine = create_engine(_engine_url(config.url.get_secret_value()), pool_pre_ping=True)
+        url = _engine_url(config.url.get_secret_value())
+        # a database that does not answer makes a write fail within seconds (the blame then waits in
+        # the outbox), rather than holding the analysis worker for the driver's default minutes
+        connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
+        engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     else:
         engine = _sqlite_engine(config.sqlite_path(wal_dir))
     return BlameStore(engine, config)

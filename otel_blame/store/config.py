@@ -23,6 +23,11 @@ class StoreConfig(BaseModel):
     path: Path | None = Field(default=None, description=f"SQLite file; default <wal.dir>/{DEFAULT_FILE_NAME}")
     max_age_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, description="older failures are dropped")
     max_bytes: int = Field(default=512 * MiB, gt=0, description="past this, the oldest failures are dropped")
+    outbox_max_bytes: int = Field(
+        default=64 * MiB,
+        gt=0,
+        description="blames the store cannot take wait in <wal.dir>/blame-outbox.sqlite, up to this size",
+    )
     prune_every: int = Field(default=50, ge=1, description="check the bounds every N writes (and on open)")
     replica: str | None = Field(
         default=None,

@@ -14,15 +14,17 @@ and a verdict for an already attributed trace is answered from the stored record
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from otel_blame.alerting.metrics import BlameSeries, MemoryBlameCounters, culprit_labels, merge_series
+from otel_blame.alerting.metrics import BlameSeries
 from otel_blame.attribution.result import Attribution
 from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
+from otel_blame.store.cross_run import SharedCrossRunStatistics
+from otel_blame.store.outbox import FILE_NAME as OUTBOX_FILE
+from otel_blame.store.outbox import BlameOutbox, DurableBlameWriter
 from otel_blame.store.records import StoredRun, build_run
 from otel_blame.trajectory import Trajectory
 from otel_blame.ui.app import BlameUI
@@ -45,15 +47,13 @@ class StoreWriter:
     """An attribution listener: keeps each finished attribution in the blame store and counts it on
     the replica's culprit counters, in one transaction.
 
-    A blame the store cannot keep (the shared database is down, the disk is full) is still counted:
-    in :attr:`unstored`, which the metrics add to the store's counts, so an outage of the store does
-    not silence the repeated-culprit alert. It is logged; the UI does not show it."""
+    A blame the store cannot keep (the shared database is down, the disk is full) waits durably in
+    the outbox next to the write-ahead log and is written when the store answers again, also after
+    a restart (:class:`~otel_blame.store.outbox.DurableBlameWriter`); meanwhile it counts on the
+    metrics, so an outage of the store does not silence the repeated-culprit alert."""
 
-    def __init__(self, store: BlameStore, count_as: CountAs) -> None:
-        self.store = store
-        self.count_as = count_as
-        self.unstored = MemoryBlameCounters(count_as.max_agents)
-        self._warned_at = 0.0
+    def __init__(self, durable: DurableBlameWriter) -> None:
+        self.durable = durable
 
     def __call__(self, finished: FinishedAttributionLike) -> None:
         run = build_run(
@@ -64,48 +64,41 @@ class StoreWriter:
             attributed_at=finished.finished_at_unix,
             redacted=True,  # by the processor's own redactor, before the listeners were called
         )
-        try:
-            self.store.add(run, count_as=self.count_as)
-        except Exception as error:
-            self.unstored.add(culprit_labels(run.service, run.agent, run.method))
-            if time.monotonic() - self._warned_at > 60:
-                self._warned_at = time.monotonic()
-                log.warning(
-                    "blame store: cannot keep the blame of trace %s (%s: %s); counted in memory only",
-                    run.trace_id,
-                    type(error).__name__,
-                    error,
-                )
+        self.durable.write(run)
 
 
 class ProcessorUI:
     """What ``serve`` adds: the store, its writer (a listener), the UI routes, and the store's answers
     for the culprit counters and for verdicts."""
 
-    def __init__(self, store: BlameStore, settings: UISettings, count_as: CountAs) -> None:
+    def __init__(
+        self, store: BlameStore, settings: UISettings, count_as: CountAs, outbox: BlameOutbox
+    ) -> None:
         self.store = store
         self.count_as = count_as
-        self.writer = StoreWriter(store, count_as)
+        self.durable = DurableBlameWriter(store, outbox, count_as)
+        self.writer = StoreWriter(self.durable)
         self.ui = BlameUI(store, settings)
         self._on_close: list[Callable[[], None]] = []
-        self._stored: list[BlameSeries] = []
-        self._warned_at = 0.0
 
     def routes(self) -> list[Any]:
         return self.ui.routes()
 
     def blame_series(self) -> list[BlameSeries]:
-        """This replica's culprit counters, read from the store at every scrape, plus the blames the
-        store could not keep. A store that cannot be read gives its last counts (never fewer)."""
-        try:
-            self._stored = self.store.blame_counters(self.count_as.replica)
-        except Exception as error:
-            if time.monotonic() - self._warned_at > 60:
-                self._warned_at = time.monotonic()
-                log.warning(
-                    "culprit counters: cannot read the blame store (%s); serving the last counts", error
-                )
-        return merge_series(self._stored, self.writer.unstored.blame_series())
+        """This replica's culprit counters, read from the store at every scrape, plus the blames
+        waiting for it in the outbox. A store that cannot be read gives its last counts (never fewer)."""
+        return self.durable.blame_series()
+
+    def shared_cross_run(self, config: Any) -> SharedCrossRunStatistics | None:
+        """The cross-run statistics in the shared PostgreSQL store, or None (SQLite next to the log)."""
+        if self.store.dialect != "postgresql":
+            return None
+        return SharedCrossRunStatistics(
+            self.store.engine,
+            max_workflows=config.max_workflows,
+            max_agents_per_workflow=config.max_agents_per_workflow,
+            max_components_per_agent=config.max_components_per_agent,
+        )
 
     def stored_blame(self, trace_id: str) -> StoredRun | None:
         """The stored blame of a trace (attributed by any replica sharing the store), or None; a store
@@ -122,6 +115,7 @@ class ProcessorUI:
     def close(self) -> None:
         for callback in self._on_close:
             callback()
+        self.durable.close()
         self.store.close()
 
 
@@ -153,4 +147,5 @@ def processor_ui(
         store.dialect,
         count_as.replica,
     )
-    return ProcessorUI(store, settings, count_as)
+    outbox = BlameOutbox(wal_dir / OUTBOX_FILE, store_config.outbox_max_bytes)
+    return ProcessorUI(store, settings, count_as, outbox)

@@ -1,6 +1,6 @@
-"""The store inside `serve` when it fails: a blame it cannot keep still counts on /metrics, and a
-store that cannot be read serves its last counts, so an outage never silences or rewinds the
-repeated-culprit counters."""
+"""The store inside `serve` when it fails: a blame it cannot keep waits in the outbox and still
+counts on /metrics, and a store that cannot be read serves its last counts, so an outage never
+silences or rewinds the repeated-culprit counters."""
 
 from __future__ import annotations
 
@@ -50,16 +50,17 @@ def test_a_store_outage_neither_loses_nor_rewinds_a_blame(
         def refuse(*_args: object, **_kwargs: object) -> None:
             raise dropped
 
-        # the database is gone: the blame is not kept, but it is counted
+        # the database is gone: the blame waits in the outbox, and it is counted
         with monkeypatch.context() as outage:
             outage.setattr(attached.store, "add", refuse)
             outage.setattr(attached.store, "blame_counters", refuse)
             attached.writer(_finished(1))
             assert _blames(metrics) == 2  # the last stored count (1) plus the one it could not keep
             assert "otel_blame_attributions_total" in metrics.render()
-        assert attached.store.count() == 1
-        # back: the store's counts and the unstored blame together
+            assert attached.store.count() == 1 and len(attached.durable.outbox) == 1
+        # back: the blame that waited in the outbox is written, the new one after it, each counted once
         attached.writer(_finished(2))
-        assert _blames(metrics) == 3 and attached.store.count() == 2
+        assert attached.durable.flush()
+        assert _blames(metrics) == 3 and attached.store.count() == 3
     finally:
         attached.close()
