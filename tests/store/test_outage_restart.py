@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_blame.processor import BlameProcessor, load_config
+from otel_blame.commands.serve import load_serve_config, serving_processor
 from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 from otel_blame.store import StoreConfig, open_store
 from otel_blame.store.outbox import FILE_NAME as OUTBOX_FILE
@@ -71,8 +71,8 @@ def test_blames_wait_through_a_store_outage_and_a_restart(cluster: PostgresClust
             "store": {"url": cluster.url, "replica": "replica-0"},
             "shutdown_timeout": 5.0,
         }
-        config = load_config(overrides=overrides, environ={})
-        first = BlameProcessor(config).start()  # the store is up: the tables are created
+        config = load_serve_config(overrides=overrides, environ={})
+        first = serving_processor(config).start()  # the store is up: the tables are created
         cluster.stop()
         sent: set[str] = set()
         try:
@@ -85,7 +85,7 @@ def test_blames_wait_through_a_store_outage_and_a_restart(cluster: PostgresClust
         finally:
             assert first.stop(timeout=30) is True  # every span delivered; the blames wait apart
 
-        second = BlameProcessor(load_config(overrides=overrides, environ={})).start()  # store still down
+        second = serving_processor(load_serve_config(overrides=overrides, environ={})).start()  # store still down
         try:
             cluster.start()
             store = open_store(StoreConfig(url=cluster.url))
