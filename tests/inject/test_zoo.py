@@ -179,12 +179,9 @@ def test_the_agent_and_the_step_are_scored_each_on_its_own():
 @pytest.mark.parametrize(("app", "seeds"), [("customer_service", (0, 1, 2, 3)), ("orchestrator", (0, 1))])
 def test_a_clean_run_passes(spans, app, seeds):
     for seed in seeds:
-        passed, injector, trajectory = _run(spans, app, seed)
+        passed, _, trajectory = _run(spans, app, seed)
         assert passed, trajectory.outcome_reason
         assert trajectory.outcome is not None and trajectory.outcome.value == "success"
-        assert [m.step for m in injector.seen if m.step is not None] == sorted(
-            {m.step for m in injector.seen if m.step is not None}
-        ) or True
         assert len(trajectory.steps) >= (40 if app == "orchestrator" else 12)
 
 

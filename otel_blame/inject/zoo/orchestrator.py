@@ -27,7 +27,7 @@ from typing import Any
 
 from otel_blame.demo.scripted_llm import Reply
 from otel_blame.inject.faults import TERMINATE_WORD
-from otel_blame.inject.zoo._agents import Agent, Conversation, Entry, Tool, ToolError, run_python
+from otel_blame.inject.zoo._agents import Agent, Conversation, Tool, ToolError, run_python
 from otel_blame.inject.zoo._resources import AppResources, asking_agent
 
 FAULTS: tuple[str, ...] = (
@@ -734,10 +734,6 @@ def run_task(seed: int = 0) -> bool:
         reason = None if right else f"expected {expected}, got {final or 'no answer'}"
         set_outcome(right, final_output=final, reason=reason)
     return right
-
-
-def _entries_of(conversation: Conversation) -> list[Entry]:
-    return conversation.entries
 
 
 __all__ = ["FAULTS", "OrchestraScript", "draw_task", "run_task"]
