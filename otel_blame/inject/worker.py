@@ -138,7 +138,7 @@ def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans:
     from otel_blame.inject.faults import FaultKind
     from otel_blame.inject.injector import FaultPlan, Injector
     from otel_blame.inject.truth import take_declared
-    from otel_blame.instrumentation._interception import intercept_messages
+    from otel_blame.instrumentation.interception import intercept_messages
 
     fault = spec.get("fault")
     plan = None
