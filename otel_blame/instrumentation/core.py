@@ -458,6 +458,22 @@ def offer_tool_call(
     return _offered(run, agent_name(agent), kind, text, message, tool_name, source)
 
 
+def offer_message(
+    agent: Any,
+    text: str,
+    *,
+    kind: StepKind | str = StepKind.MESSAGE,
+    message: Any = None,
+    tool_name: Any = None,
+    source: str | None = None,
+    task: TaskRun | None = None,
+) -> OutgoingMessage | None:
+    """A message offered on the message path where it leaves its agent, for a hook that records its
+    step later (with ``intercept=False``): the changed copy for the hook to apply, else None."""
+    run = task if task is not None else _CURRENT_TASK.get()
+    return _offered(run, agent_name(agent), _kind_of(kind).value, text, message, tool_name, source)
+
+
 # --- steps ---------------------------------------------------------------------------------------
 
 

@@ -28,14 +28,17 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, name_of, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._wrapping import Around
 from otel_blame.instrumentation.core import (
     AgentTurn,
     TaskRun,
     current_task,
+    offer_message,
     offer_tool_call,
     record_message,
     task,
 )
+from otel_blame.instrumentation.interception import current_interceptor
 
 SOURCE = "openai_agents"
 # the agent turn (one model call and the tools it asked for) the running code is inside
@@ -121,7 +124,25 @@ async def tool_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     finally:
         _tool_turn.reset(token)
         changed = _changed_results.pop(id(step), None)
-    return result if changed is None else changed  # the model gets what the interceptor made of it
+    if changed is None:
+        return result
+    _change_output_item(instance, kwargs.get("task_state"), changed)
+    return changed
+
+
+@guarded("openai_agents.intercept")
+def _change_output_item(executor: Any, task_state: Any, text: str) -> None:
+    """The tool's output item (what the model gets next) with the interceptor's result: the SDK
+    builds it before ``on_tool_end`` sees the result."""
+    item = getattr(executor, "output_items_by_tool_run", {}).get(id(getattr(task_state, "tool_run", None)))
+    if item is None:
+        return
+    item.output = text
+    raw = item.raw_item
+    if isinstance(raw, dict):
+        raw["output"] = text
+    else:
+        raw.output = text
 
 
 def _open_turn(agent: Any) -> AgentTurn | None:
@@ -338,7 +359,6 @@ class _StepRecorder:
             if kind == "message":
                 texts.append(_text_of(_field(item, "content")))
             elif kind == "function_call":
-                self._offer_call(agent, item, response)
                 call_id = _field(item, "call_id") or _field(item, "id")
                 name = to_text(_field(item, "name"))
                 arguments = _field(item, "arguments")
@@ -351,44 +371,27 @@ class _StepRecorder:
         turn = _turn.get()
         if turn is not None and not turn.answered and turn.run is self.run and turn.agent == _name_of(agent):
             # the response is the answer of the turn enclosing this model call (its envelope span)
-            sent = turn.answer(
+            turn.answer(
                 content,
                 "assistant",
                 tool_calls=calls or None,
                 attributes=_usage_attributes(response, agent),
                 message=response,
+                intercept=False,  # offered where the model returned it (model_response)
             )
-        else:
-            sent = record_message(
-                _name_of(agent),
-                content,
-                "assistant",
-                tool_calls=calls or None,
-                start_time_ns=started,
-                attributes=_usage_attributes(response, agent),
-                source=SOURCE,
-                task=self.run,
-                message=response,
-            )
-        if content is not None and sent != content:
-            _replace_text(response, sent)
-
-    def _offer_call(self, agent: Any, item: Any, response: Any) -> None:
-        """A function call (a hand-off's too) on the message path before the runner acts on it."""
-        name = to_text(_field(item, "name"))
-        handoff = any(getattr(h, "tool_name", None) == name for h in getattr(agent, "handoffs", None) or ())
-        changed = offer_tool_call(
+            return
+        record_message(
             _name_of(agent),
-            to_text(_field(item, "arguments")),
-            name,
-            message=response,
+            content,
+            "assistant",
+            tool_calls=calls or None,
+            start_time_ns=started,
+            attributes=_usage_attributes(response, agent),
             source=SOURCE,
             task=self.run,
-            handoff=handoff,
+            message=response,
+            intercept=False,
         )
-        if changed is not None:
-            item.arguments = changed.text
-            item.name = changed.tool_name or name
 
     @guarded("openai_agents.tool_start")
     def on_tool_start(self, context: Any, agent: Any, tool: Any, *args: Any, **kwargs: Any) -> None:
@@ -457,6 +460,56 @@ class _StepRecorder:
         )
 
 
+def _enter_model_response(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    turn = _turn.get()
+    if turn is None or turn.run is None or current_interceptor() is None:
+        return None
+    bindings = args[0] if args else kwargs.get("bindings")
+    return (turn, getattr(bindings, "public_agent", None)), args, kwargs
+
+
+def _leave_model_response(state: Any, response: Any, error: BaseException | None) -> Any:
+    if error is None and response is not None:
+        _offer_response(*state, response)
+    return response
+
+
+#: ``get_new_response``: the model's response on the message path as the SDK gets it, before the
+#: runner reads its tool calls, hand-offs and text (a change made later would not reach them)
+model_response = Around(
+    "openai_agents.model_response", _enter_model_response, _leave_model_response
+).coroutine
+
+
+def _offer_response(turn: AgentTurn, agent: Any, response: Any) -> None:
+    name = _name_of(agent) if agent is not None else turn.agent
+    handoffs = {_handoff_tool_name(agent, h) for h in getattr(agent, "handoffs", None) or ()}
+    texts = []
+    for item in getattr(response, "output", None) or ():
+        kind = _field(item, "type")
+        if kind == "message":
+            texts.append(_text_of(_field(item, "content")))
+        elif kind == "function_call":
+            tool_name = to_text(_field(item, "name"))
+            changed = offer_tool_call(
+                name,
+                to_text(_field(item, "arguments")),
+                tool_name,
+                message=response,
+                source=SOURCE,
+                task=turn.run,
+                handoff=tool_name in handoffs,
+            )
+            if changed is not None:
+                item.arguments = changed.text
+                item.name = changed.tool_name or tool_name
+    text = "\n".join(t for t in texts if t)
+    if text:
+        changed = offer_message(name, text, message=response, source=SOURCE, task=turn.run)
+        if changed is not None:
+            _replace_text(response, changed.text)
+
+
 def _replace_text(response: Any, text: str) -> None:
     """The response's text parts changed to ``text`` (in the first part; the others emptied)."""
     first = True
@@ -479,6 +532,8 @@ def _tool_key(context: Any, tool: Any) -> Any:
 
 def _handoff_tool_name(from_agent: Any, to_agent: Any) -> str:
     """The transfer tool the model called: the matching handoff's own name, else the SDK default."""
+    if isinstance(getattr(to_agent, "tool_name", None), str):  # a Handoff itself
+        return to_agent.tool_name
     target = _name_of(to_agent)
     for handoff in getattr(from_agent, "handoffs", None) or ():
         tool_name = getattr(handoff, "tool_name", None)
