@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import task
+from otel_blame.instrumentation import task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -145,7 +145,7 @@ def test_uninstrument_restores_the_originals(spans):
     from ag2.agent import Agent
     from ag2.task import Task
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     patched = [
         (Agent, "_drive_scope"),

@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import (
+from otel_blame.instrumentation import _executor as executor_context
+from otel_blame.instrumentation import (
     configure,
     current_task,
     hook_error_count,
@@ -19,7 +20,6 @@ from otel_blame.instrument import (
     set_outcome,
     task,
 )
-from otel_blame.instrumentation import _executor as executor_context
 from otel_blame.redaction import Redactor
 
 
@@ -356,7 +356,7 @@ def test_odd_tool_calls_are_kept(spans):
 
 
 def test_the_message_path_changes_messages_tool_calls_and_results(spans):
-    from otel_blame.instrument import agent_turn
+    from otel_blame.instrumentation import agent_turn
     from otel_blame.instrumentation.interception import intercept_messages
     from tests.instrument.interceptors import Rewriter
 
@@ -392,7 +392,7 @@ def test_the_message_path_changes_messages_tool_calls_and_results(spans):
 
 
 def test_an_interceptor_that_raises_changes_nothing(spans):
-    from otel_blame.instrument import agent_turn
+    from otel_blame.instrumentation import agent_turn
     from otel_blame.instrumentation._safety import HOOK_ERRORS
     from otel_blame.instrumentation.interception import intercept_messages
     from tests.instrument.interceptors import raising

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, set_outcome, task
-from otel_blame.spans_to_trajectory import trajectory_from_spans
+from otel_blame.conventions import trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, set_outcome, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import RecordingOTLPSink, ScriptedLLM
 
@@ -256,7 +256,7 @@ def test_with_ag2_builtin_tracing_on_our_steps_are_not_duplicated(instrumented, 
 def test_uninstrument_restores_the_originals(spans, monkeypatch):
     from autogen.agentchat.conversable_agent import ConversableAgent
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     names = ["_process_message_before_send", "generate_reply", "initiate_chat", "a_initiate_chat", "run"]
     before = {name: ConversableAgent.__dict__[name] for name in names}
@@ -282,7 +282,7 @@ def test_uninstrument_restores_the_originals(spans, monkeypatch):
 def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, expected):
     from autogen.agentchat.conversable_agent import ConversableAgent
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     original = ConversableAgent.__dict__["_process_message_before_send"]
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", disabled)
@@ -302,7 +302,7 @@ def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, ex
 def test_trajectory_with_ag2_builtin_tracing_has_one_step_per_message(instrumented, tmp_path):
     from autogen.opentelemetry import instrument_agent
 
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+    from otel_blame.conventions import sdk_spans_to_proto
 
     spans = instrumented
     with ScriptedLLM(SCRIPT) as llm:

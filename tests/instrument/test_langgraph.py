@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import task
+from otel_blame.instrumentation import task
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
@@ -92,7 +92,7 @@ def _input():
 
 
 def test_a_graph_run_makes_one_ordered_step_per_message_under_one_root(instrumented):
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+    from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 
     spans = instrumented
     with ScriptedLLM(SCRIPT) as llm:
@@ -211,7 +211,7 @@ def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
 def test_uninstrument_restores_the_originals(spans):
     from langgraph.pregel import Pregel
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     names = ("invoke", "ainvoke", "stream", "astream")
     originals = [Pregel.__dict__[name] for name in names]
@@ -268,7 +268,7 @@ def test_subgraphs_and_graphs_called_from_nodes_add_only_new_messages(instrument
 def test_the_langgraph_part_can_be_disabled(spans, monkeypatch):
     from langgraph.pregel import Pregel
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "otel_blame_langgraph")
     original = Pregel.__dict__["invoke"]

@@ -11,8 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -185,7 +185,7 @@ class _EventLog(agents.RunHooks):
 
 
 def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(spans):
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     with ScriptedLLM(CONSULT_SCRIPT) as llm:
         plain = _EventLog()
@@ -441,7 +441,7 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
     from agents.run import AgentRunner
     from agents.run_internal import tool_execution
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     formatter = "maybe_invoke_function_tool_failure_error_function"
     patched = [(AgentRunner.__dict__, "run"), (AgentRunner.__dict__, "run_streamed")]

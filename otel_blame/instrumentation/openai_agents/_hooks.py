@@ -156,81 +156,63 @@ def _open_turn(agent: Any) -> AgentTurn | None:
         return None
 
 
-def _unbound(wrapped: Any) -> Any:
-    """The bound method wrapt hands us, called like the plain function ``(runner, *args)``."""
-    return lambda _runner, *args, **kwargs: wrapped(*args, **kwargs)
+def _run_input(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``(starting_agent, input)`` of a call ``run(starting_agent, input, **options)``."""
+    starting_agent = args[0] if args else kwargs.get("starting_agent")
+    return starting_agent, args[1] if len(args) > 1 else kwargs.get("input")
+
+
+def _enter_in_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    run_ = current_task()
+    kwargs = _install_hooks(run_, _run_input(args, kwargs)[1], kwargs)
+    return _enclosing_run.set(run_), args, kwargs
+
+
+def _leave_in_task(token: Any, result: Any, error: BaseException | None) -> Any:
+    _enclosing_run.reset(token)
+    return result
+
+
+#: a run inside the current task: our hooks in front of the app's
+_in_task = Around("openai_agents.hooks", _enter_in_task, _leave_in_task)
 
 
 async def run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``AgentRunner.run``: our hooks in front of the app's; a task root when none is open."""
-    return await _wrap_run(_unbound(wrapped))(instance, *args, **kwargs)
+    if current_task() is not None:
+        return await _in_task.coroutine(wrapped, instance, args, kwargs)
+    scope = _root_scope(*_run_input(args, kwargs))
+    if scope is None:
+        return await wrapped(*args, **kwargs)
+    async with scope as run_:
+        result = await _in_task.coroutine(wrapped, instance, args, kwargs)
+        _note_final_output(run_, getattr(result, "final_output", None))
+        return result
 
 
 def run_streamed(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``AgentRunner.run_streamed``: as :func:`run`, the root ending when the stream's loop does."""
-    return _wrap_run_streamed(_unbound(wrapped))(instance, *args, **kwargs)
+    if current_task() is not None:
+        return _in_task.sync(wrapped, instance, args, kwargs)
+    scope = _root_scope(*_run_input(args, kwargs))
+    if scope is None:
+        return wrapped(*args, **kwargs)
+    # The stream's loop runs in a background asyncio task that copies the context at creation;
+    # open the root in a copy of the caller's context so the loop sees it and the caller's own
+    # context stays as it was. The root ends when the loop's task does.
+    context = contextvars.copy_context()
 
+    def start() -> tuple[TaskRun | None, Any]:
+        run_ = scope.__enter__()
+        try:
+            return run_, _in_task.sync(wrapped, instance, args, kwargs)
+        except BaseException as error:
+            scope.__exit__(type(error), error, None)
+            raise
 
-def _wrap_run(original: Any) -> Any:
-    async def run(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
-        if current_task() is not None:
-            return await _run_in_task(original, self, starting_agent, input, kwargs)
-        scope = _root_scope(starting_agent, input)
-        if scope is None:
-            return await original(self, starting_agent, input, **kwargs)
-        async with scope as run_:
-            result = await _run_in_task(original, self, starting_agent, input, kwargs)
-            _note_final_output(run_, getattr(result, "final_output", None))
-            return result
-
-    return run
-
-
-async def _run_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
-    run_ = current_task()
-    options = _install_hooks(run_, input, kwargs)
-    token = _enclosing_run.set(run_)
-    try:
-        return await original(runner, starting_agent, input, **options)
-    finally:
-        _enclosing_run.reset(token)
-
-
-def _wrap_run_streamed(original: Any) -> Any:
-    def run_streamed(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
-        if current_task() is not None:
-            return _streamed_in_task(original, self, starting_agent, input, kwargs)
-        scope = _root_scope(starting_agent, input)
-        if scope is None:
-            return original(self, starting_agent, input, **kwargs)
-        # The stream's loop runs in a background asyncio task that copies the context at
-        # creation; open the root in a copy of the caller's context so the loop sees it and the
-        # caller's own context stays as it was. The root ends when the loop's task does.
-        context = contextvars.copy_context()
-
-        def start() -> tuple[TaskRun | None, Any]:
-            run_ = scope.__enter__()
-            try:
-                return run_, _streamed_in_task(original, self, starting_agent, input, kwargs)
-            except BaseException as error:
-                scope.__exit__(type(error), error, None)
-                raise
-
-        run_, result = context.run(start)
-        _close_with_stream(context, scope, run_, result)
-        return result
-
-    return run_streamed
-
-
-def _streamed_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
-    run_ = current_task()
-    options = _install_hooks(run_, input, kwargs)
-    token = _enclosing_run.set(run_)
-    try:
-        return original(runner, starting_agent, input, **options)
-    finally:
-        _enclosing_run.reset(token)
+    run_, result = context.run(start)
+    _close_with_stream(context, scope, run_, result)
+    return result
 
 
 def _close_with_stream(context: contextvars.Context, scope: task, run_: TaskRun | None, result: Any) -> None:
