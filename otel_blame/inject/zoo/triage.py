@@ -40,10 +40,11 @@ FAULTS: tuple[str, ...] = (
     "skipped_policy_step",
     "premature_handoff",
     "lost_context",
+    "tool_error",
+    "wrong_tool_result",
+    "wrong_tool_argument",
+    "wrong_tool",
 )
-# Not yet: the tool kinds (tool_error, wrong_tool_result, wrong_tool_argument, wrong_tool). The
-# OpenAI Agents hooks record a changed tool result or call, but the SDK (0.24) has already built the
-# model's tool output item, and a changed call's arguments trip its call-id check.
 APPROVAL_LIMIT = 250.0
 MAX_TURNS = 30
 DESKS = ("billing", "technical", "refunds")
@@ -1083,14 +1084,13 @@ def run_task(seed: int = 0) -> bool:
     world, case = case_for(seed)
     triage = build_desk(world, _RESOURCES.base_url)
     with task(f"support-{case.kind}", input=case.message, expected_output=case.expected):
+        stopped = None
         try:
             result = agents.Runner.run_sync(triage, case.message, max_turns=MAX_TURNS)
             final = str(result.final_output or "")
-        except agents.MaxTurnsExceeded:
-            final = ""
+        except agents.AgentsException as error:  # too many turns, a call to a tool the agent lacks
+            final, stopped = "", f"the desk stopped: {type(error).__name__}: {error}"
         right, reason = case.verdict(world, final)
-        if not final:
-            reason = f"the desk did not finish within {MAX_TURNS} turns"
-        set_outcome(right, final_output=final or None, reason=reason)
+        set_outcome(right and stopped is None, final_output=final or None, reason=stopped or reason)
     _RESOURCES.forget_requests()
     return right

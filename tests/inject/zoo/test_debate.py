@@ -109,7 +109,8 @@ def test_every_declared_fault_kind_has_a_failing_case():
 def test_a_planted_fault_fails_the_debate_with_its_agent_and_step_as_the_truth(run, kind):
     seed, agent, step, fault_seed = FAILING[kind]
     clean = run(seed)
-    fault = {"kind": kind, "agent": agent, "step": step, "seed": fault_seed, "exact": True}
+    tools = sorted({tool for _, _, what, _, tool in clean["seen"] if what == "tool_call" and tool})
+    fault = {"kind": kind, "agent": agent, "step": step, "seed": fault_seed, "exact": True, "tools": tools}
     answer = run(seed, fault)
     assert answer["error"] is None
     planted = answer["planted"]

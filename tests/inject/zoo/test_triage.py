@@ -2,7 +2,8 @@
 on the scripted LLM, run through the campaign worker's own run path (the injector on the message
 path, the spans turned into a trajectory). A clean case passes; each fault kind the app declares
 fails a run, with the planted agent and step as the truth; the app's own checks catch a wrong order
-number (``masked``); a short campaign's JSON and dataset hold the documented fields."""
+number in a case note or a call (``masked``); a short campaign's JSON and dataset hold the
+documented fields."""
 
 from __future__ import annotations
 
@@ -95,6 +96,10 @@ FAILING = {
     "skipped_policy_step": (4, "triage", 3, 0),
     "premature_handoff": (4, "triage", 3, 0),
     "lost_context": (4, "triage", 3, 0),
+    "tool_error": (0, "billing", 6, 0),
+    "wrong_tool_result": (4, "triage", 2, 2),
+    "wrong_tool_argument": (0, "billing", 5, 0),
+    "wrong_tool": (4, "triage", 1, 0),  # a tool the agent does not have: the SDK stops the run
 }
 
 
@@ -107,7 +112,8 @@ def test_every_declared_fault_kind_has_a_failing_case():
 def test_a_planted_fault_fails_the_case_with_its_agent_and_step_as_the_truth(run, kind):
     seed, agent, step, fault_seed = FAILING[kind]
     clean = run(seed)
-    fault = {"kind": kind, "agent": agent, "step": step, "seed": fault_seed, "exact": True}
+    tools = sorted({tool for _, _, what, _, tool in clean["seen"] if what == "tool_call" and tool})
+    fault = {"kind": kind, "agent": agent, "step": step, "seed": fault_seed, "exact": True, "tools": tools}
     answer = run(seed, fault)
     assert answer["error"] is None
     planted = answer["planted"]
@@ -121,10 +127,14 @@ def test_a_planted_fault_fails_the_case_with_its_agent_and_step_as_the_truth(run
     assert answer["trajectory"]["outcome_reason"]
 
 
-def test_a_wrong_order_number_in_the_case_note_is_caught_and_the_case_recovers(run):
-    fault = {"kind": "fabricated_fact", "agent": "triage", "step": 3, "seed": 0, "exact": True}
+@pytest.mark.parametrize(
+    ("kind", "agent", "step"),
+    [("fabricated_fact", "triage", 3), ("wrong_tool_argument", "refunds", 5)],
+)
+def test_a_wrong_order_number_is_caught_and_the_case_recovers(run, kind, agent, step):
+    fault = {"kind": kind, "agent": agent, "step": step, "seed": 0, "exact": True}
     answer = run(4, fault)
-    assert "ORD-37162 became ORD-27112" in answer["planted"]["description"]
+    assert "ORD-37162" in answer["planted"]["before"] and "ORD-37162" not in answer["planted"]["after"]
     assert answer["outcome"] == "success"  # a masked run: the refunds desk listed the orders
     tools = [s["tool_name"] for s in _steps(answer) if s["kind"] == "tool"]
     assert "list_orders" in tools
