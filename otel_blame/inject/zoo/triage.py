@@ -46,6 +46,7 @@ FAULTS: tuple[str, ...] = (
     "wrong_tool",
 )
 APPROVAL_LIMIT = 250.0
+RETURN_WINDOW_DAYS = 30
 MAX_TURNS = 30
 DESKS = ("billing", "technical", "refunds")
 
@@ -116,6 +117,10 @@ class Order:
     def total(self) -> float:
         return round(sum(line.total for line in self.lines) + self.shipping, 2)
 
+    @property
+    def days_since_delivery(self) -> int:
+        return 4 + int(self.id[-3:]) % 21  # within the return window
+
 
 @dataclass
 class Invoice:
@@ -169,7 +174,12 @@ class World:
     def refund_policy(self, order: Order, reason: str) -> dict[str, Any]:
         """What the written policy allows for ``reason`` on ``order``."""
         text = reason.lower()
-        answer: dict[str, Any] = {"order_id": order.id, "reason": reason, "days_since_delivery": 9}
+        answer: dict[str, Any] = {
+            "order_id": order.id,
+            "reason": reason,
+            "days_since_delivery": order.days_since_delivery,
+            "return_window_days": RETURN_WINDOW_DAYS,
+        }
         if "duplicate" in text or "twice" in text:
             if len(order.captures) < 2:
                 return answer | {"eligible": False, "basis": "only one capture was made for this order"}
@@ -204,7 +214,7 @@ class Case:
     kind: str  # refund_duplicate | refund_damaged | billing | technical
     desk: str
     message: str
-    expected: str  # the figure or identifiers the final message must state
+    expected: str  # what the final message must state: figures and identifiers, joined by " / "
     order_id: str | None = None
     refund: float | None = None  # the refund the case calls for
 
@@ -219,7 +229,8 @@ class Case:
                 )
         elif refunds:
             return False, f"no refund was due, the ledger has {refunds}"
-        missing = [part for part in self.expected.split(" / ") if part not in final]
+        stated = self.expected.split(" / ") + [r.id for r in world.refunds]  # and the refund's reference
+        missing = [part for part in stated if part not in final]
         if missing:
             return False, f"the final answer does not state {', '.join(missing)}"
         return True, None
@@ -302,7 +313,7 @@ def _case(kind: str, rng: random.Random, world: World, customer: Customer) -> Ca
             f"of ${order.total:.2f} on {order.placed}, but I only placed the order once. Please refund the "
             f"duplicate payment. {sign}"
         )
-        return Case(kind, "refunds", message, f"${order.total:.2f}", order.id, order.total)
+        return Case(kind, "refunds", message, f"${order.total:.2f} / {order.id}", order.id, order.total)
     if kind == "refund_damaged":
         order = max(own_orders, key=lambda o: max(li.total for li in o.lines))
         line = rng.choice(order.lines)
@@ -311,7 +322,7 @@ def _case(kind: str, rng: random.Random, world: World, customer: Customer) -> Ca
             f"cracked and it does not power on. The rest of the order was fine. I would like a refund "
             f"for the {line.description}. {sign}"
         )
-        return Case(kind, "refunds", message, f"${line.total:.2f}", order.id, line.total)
+        return Case(kind, "refunds", message, f"${line.total:.2f} / {order.id}", order.id, line.total)
     if kind == "billing":
         open_invoices = [i for i in world.invoices if i.customer_id == customer.id and i.status != "paid"]
         latest = open_invoices[-1]
@@ -320,7 +331,7 @@ def _case(kind: str, rng: random.Random, world: World, customer: Customer) -> Ca
             f"{greeting}, invoice {latest.id} is higher than usual and I am not sure why. Could you explain "
             f"the charges and tell me how much I owe in total right now? {sign}"
         )
-        return Case(kind, "billing", message, f"${balance:.2f}")
+        return Case(kind, "billing", message, f"${balance:.2f} / {latest.id}")
     service = rng.choice(list(SERVICES))
     label, codes, kb, _ = SERVICES[service]
     code = codes[0]
@@ -783,6 +794,18 @@ def refunds_reply(seen: Conversation) -> Reply:
             f"I checked the policy for order {details['order_id']}: {allowed.get('basis')}. I am sorry, but "
             "that means I cannot issue a refund for this request. If something is missing, reply with the "
             "details and I will look again."
+        )
+    days, window = allowed.get("days_since_delivery"), allowed.get("return_window_days")
+    if (
+        "damaged" in issue
+        and isinstance(days, int | float)
+        and isinstance(window, int | float)
+        and days > window
+    ):
+        return Reply(
+            f"Order {details['order_id']} was delivered {days:g} days ago, outside our {window:g}-day window "
+            "for damaged items, so the policy does not let me refund it. I am sorry; if you reported the "
+            "damage earlier, reply with the date and I will look again."
         )
     amount = float(allowed["refundable_amount"])
     needs_approval = allowed.get("requires_approval") or (rejected and "approval" in str(refund.error))
