@@ -10,7 +10,8 @@ environment), it runs ``otel-blame inject --app zoo:NAME --runs N --seed S --jso
   pluggable (``--fit module:function``, taking the training runs and returning a predictor); the
   default refits the heuristic's weights (otel_blame/bench/crossval.py's coordinate search).
 Prints one rich table (and markdown rows for docs/benchmarks.md with ``--markdown``). With
-``--data-dir`` the datasets stay there as ``DIR/<app>/`` (e.g. /work/zoo-data, for training).
+``--data-dir`` the datasets stay there as ``DIR/<app>/`` (e.g. /work/zoo-data, for training), with
+the campaign's report beside them (``report.json``, ``report.html``).
 
 Usage: python bench/zoo.py [--runs 50] [--seed 0] [--apps orchestrator,customer_service]
                            [--data-dir /work/zoo-data] [--fit module:function] [--json out.json]
@@ -83,6 +84,7 @@ def run_campaign(app: str, runs: int, seed: int, dataset: Path) -> tuple[dict[st
     command = [
         sys.executable, "-m", "otel_blame.cli", "inject", "--app", f"zoo:{app}", "--runs", str(runs),
         "--seed", str(seed), "--json", "--dataset-out", str(dataset), "--run-timeout", "120",
+        "--html", str(dataset / "report.html"),
     ]  # fmt: skip
     started = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -91,7 +93,9 @@ def run_campaign(app: str, runs: int, seed: int, dataset: Path) -> tuple[dict[st
         raise RuntimeError(
             f"otel-blame inject --app zoo:{app} failed ({done.returncode}): {done.stderr[-2000:]}"
         )
-    return json.loads(done.stdout), time.monotonic() - started, max(load_before, os.getloadavg()[0])
+    report = json.loads(done.stdout)
+    (dataset / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return report, time.monotonic() - started, max(load_before, os.getloadavg()[0])
 
 
 def score_app(

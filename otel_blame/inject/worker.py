@@ -215,7 +215,8 @@ def worker_main(connection: Any, setup: WorkerSetup) -> None:
             {"ready": False, "error": str(error) if isinstance(error, AppLoadError) else _describe(error)}
         )
         return
-    connection.send({"ready": True, "pass_seed": takes_seed(app)})
+    declared = getattr(sys.modules.get(getattr(app, "__module__", "") or ""), "FAULTS", None) or ()
+    connection.send({"ready": True, "pass_seed": takes_seed(app), "faults": [str(kind) for kind in declared]})
     try:
         while True:
             try:

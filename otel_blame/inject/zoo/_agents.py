@@ -207,7 +207,3 @@ def run_python(code: str) -> tuple[str, bool]:
             True,
         )
     return f"exitcode: 0 (execution succeeded)\nCode output: {out.getvalue()}", False
-
-
-def last_message(entries: list[Entry], speaker: str) -> Entry | None:
-    return next((e for e in reversed(entries) if e.speaker == speaker and e.kind == "message"), None)

@@ -27,7 +27,7 @@ from typing import Any
 
 from otel_blame.demo.scripted_llm import Reply
 from otel_blame.inject.faults import TERMINATE_WORD
-from otel_blame.inject.zoo._agents import Agent, Conversation, Entry, Tool, ToolError, run_python
+from otel_blame.inject.zoo._agents import Agent, Conversation, Tool, ToolError, run_python
 from otel_blame.inject.zoo._resources import AppResources, asking_agent
 
 FAULTS: tuple[str, ...] = (
@@ -188,21 +188,18 @@ class Fact:
     description: str  # what the ledger calls it, e.g. "the 2023 revenue of Norvale Energy"
     worker: str  # web_surfer | file_surfer
     where: str  # the search query, or the file path
-    variable: str  # its name in the coder's code
-    value: str  # the true value as the source states it
 
 
 @dataclass(frozen=True)
 class Task:
     question: str
-    facts: tuple[Fact, ...]
-    formula: str | None  # the coder's computation (None: the answer is the facts themselves)
-    decimals: int
-    unit: str
+    kind: str
     expected: str
+    unit: str
+    decimals: int = 1
 
     def is_right(self, answer: str) -> bool:
-        if self.formula is None:
+        if self.kind == "launch":
             return all(part in answer for part in self.expected.split(" and "))
         found = re.findall(r"-?\d[\d,]*\.?\d*", answer.split("FINAL ANSWER:")[-1])
         if not found:
@@ -211,14 +208,53 @@ class Task:
         return math.isclose(value, float(self.expected), abs_tol=0.5 * 10**-self.decimals)
 
 
-def _revenue(company: Company, year: int, variable: str) -> Fact:
-    return Fact(
-        f"the {year} revenue of {company.name}",
-        "web_surfer",
-        f"{company.name} annual report {year}",
-        variable,
-        str(company.revenue[year]),
-    )
+def _revenue(name: str, year: int) -> Fact:
+    return Fact(f"the {year} revenue of {name}", "web_surfer", f"{name} annual report {year}")
+
+
+def needs(kind: str, names: list[str], year: int) -> tuple[list[Fact], str | None]:
+    """The facts a request of this kind needs and the formula over them (None: report the facts)."""
+    if kind == "combined_eur":
+        facts = [_revenue(name, year) for name in names]
+        facts.append(Fact(f"the {year} USD to EUR rate", "file_surfer", "finance/fx_rates.csv"))
+        total = " + ".join(_variable(f.description) for f in facts[:-1])
+        return facts, f"combined = ({total}) * {_variable(facts[-1].description)}"
+    if kind == "per_employee":
+        facts = [
+            fact
+            for name in names
+            for fact in (
+                _revenue(name, year),
+                Fact(f"the {year} headcount of {name}", "web_surfer", f"{name} annual report {year}"),
+            )
+        ]
+        v = [_variable(f.description) for f in facts]
+        return facts, f"difference = {v[0]} * 1000 / {v[1]} - {v[2]} * 1000 / {v[3]}"
+    if kind == "growth":
+        facts = [_revenue(name, y) for name in names for y in (year - 1, year)]
+        v = [_variable(f.description) for f in facts]
+        return facts, f"gap = ({v[1]} - {v[0]}) / {v[0]} * 100 - ({v[3]} - {v[2]}) / {v[2]} * 100"
+    name = names[0]
+    launch = f"{name} flagship launch"
+    return [
+        Fact(f"the flagship product code of {name}", "web_surfer", launch),
+        Fact(f"the launch date of the {name} flagship product", "web_surfer", launch),
+        _revenue(name, year),
+    ], None
+
+
+_QUESTIONS = (
+    (
+        "combined_eur",
+        re.compile(r"combined (?P<year>\d+) revenue of (?P<a>.+?), (?P<b>.+?) and (?P<c>.+?) in million"),
+    ),
+    ("per_employee", re.compile(r"was (?P<a>.+?)'s revenue per employee than (?P<b>.+?)'s in (?P<year>\d+)")),
+    ("growth", re.compile(r"did (?P<a>.+?)'s revenue growth from \d+ to (?P<year>\d+) exceed (?P<b>.+?)'s")),
+    (
+        "launch",
+        re.compile(r"did (?P<a>.+?) launch most recently.*?company's (?P<year>\d+) revenue", re.DOTALL),
+    ),
+)
 
 
 def draw_task(seed: int, companies: list[Company]) -> Task:
@@ -227,96 +263,46 @@ def draw_task(seed: int, companies: list[Company]) -> Task:
     first, second, third = rng.sample(companies, 3)
     year = rng.choice(YEARS)
     if kind == "combined_eur":
-        facts = (
-            _revenue(first, year, "revenue_a"),
-            _revenue(second, year, "revenue_b"),
-            _revenue(third, year, "revenue_c"),
-            Fact(
-                f"the {year} USD to EUR rate", "file_surfer", "finance/fx_rates.csv", "usd_eur", str(FX[year])
-            ),
-        )
         value = (first.revenue[year] + second.revenue[year] + third.revenue[year]) * FX[year]
         return Task(
             f"What was the combined {year} revenue of {first.name}, {second.name} and "
-            f"{third.name} in million EUR, "
-            "converted at that year's average USD to EUR rate from the finance team's file? "
-            "Round to one decimal.",
-            facts,
-            "combined = (revenue_a + revenue_b + revenue_c) * usd_eur",
-            1,
-            "million EUR",
+            f"{third.name} in million "
+            "EUR, converted at that year's average USD to EUR rate from the finance team's "
+            "file? Round to one "
+            "decimal.",
+            kind,
             f"{round(value, 1)}",
+            "million EUR",
         )
     if kind == "per_employee":
-        facts = tuple(
-            fact
-            for company, tag in ((first, "a"), (second, "b"))
-            for fact in (
-                _revenue(company, year, f"revenue_{tag}"),
-                Fact(
-                    f"the {year} headcount of {company.name}",
-                    "web_surfer",
-                    f"{company.name} annual report {year}",
-                    f"employees_{tag}",
-                    str(company.employees[year]),
-                ),
-            )
-        )
         value = (
             first.revenue[year] * 1000 / first.employees[year]
             - second.revenue[year] * 1000 / second.employees[year]
         )
         return Task(
             f"How much higher (or lower) was {first.name}'s revenue per employee than "
-            f"{second.name}'s in {year}, in "
-            "thousand USD, according to their annual reports? Round to one decimal.",
-            facts,
-            "difference = revenue_a * 1000 / employees_a - revenue_b * 1000 / employees_b",
-            1,
-            "thousand USD",
+            f"{second.name}'s in {year}, "
+            "in thousand USD, according to their annual reports? Round to one decimal.",
+            kind,
             f"{round(value, 1)}",
+            "thousand USD",
         )
     if kind == "growth":
-        facts = (
-            _revenue(first, 2022, "revenue_a_2022"),
-            _revenue(first, 2023, "revenue_a_2023"),
-            _revenue(second, 2022, "revenue_b_2022"),
-            _revenue(second, 2023, "revenue_b_2023"),
-        )
-        growth = {
-            c.name: (c.revenue[2023] - c.revenue[2022]) / c.revenue[2022] * 100 for c in (first, second)
-        }
+        growth = [(c.revenue[2023] - c.revenue[2022]) / c.revenue[2022] * 100 for c in (first, second)]
         return Task(
             f"By how many percentage points did {first.name}'s revenue growth from 2022 to 2023 exceed "
             f"{second.name}'s, according to their annual reports? Round to one decimal.",
-            facts,
-            "gap = (revenue_a_2023 - revenue_a_2022) / revenue_a_2022 * 100 - "
-            "(revenue_b_2023 - revenue_b_2022) / revenue_b_2022 * 100",
-            1,
+            kind,
+            f"{round(growth[0] - growth[1], 1)}",
             "percentage points",
-            f"{round(growth[first.name] - growth[second.name], 1)}",
         )
-    launch = f"{first.name} flagship launch"
-    facts = (
-        Fact(f"the flagship product code of {first.name}", "web_surfer", launch, "code", first.product),
-        Fact(
-            f"the launch date of the {first.name} flagship product",
-            "web_surfer",
-            launch,
-            "launched",
-            first.launched,
-        ),
-        _revenue(first, 2023, "revenue"),
-    )
     return Task(
-        f"Which flagship product did {first.name} launch most recently, on which date, and what "
-        "was the company's "
-        "2023 revenue in million USD? Give the product code, the ISO date and the figure.",
-        facts,
-        None,
-        0,
-        "",
+        f"Which flagship product did {first.name} launch most recently, on which date, and what was the "
+        "company's 2023 revenue in million USD? Give the product code, the ISO date and the figure.",
+        kind,
         f"{first.product} and {first.launched} and {first.revenue[2023]}",
+        "",
+        0,
     )
 
 
@@ -557,22 +543,12 @@ def _task_ledger(question: str) -> str:
 
 def _plan_facts(question: str) -> tuple[list[Fact], str | None]:
     """What the request needs, read from its wording (the orchestrator's first planning step)."""
-    task = _TASKS_BY_QUESTION.get(question)
-    if task is None:
-        return [], None
-    return list(task.facts), (f"{task.formula.split(' = ')[0]} = {_rewrite(task)}" if task.formula else None)
-
-
-def _rewrite(task: Task) -> str:
-    """The formula over the ledger's own variable names."""
-    assert task.formula is not None
-    expression = task.formula.split(" = ", 1)[1]
-    for fact in task.facts:
-        expression = re.sub(rf"\b{fact.variable}\b", _variable(fact.description), expression)
-    return expression
-
-
-_TASKS_BY_QUESTION: dict[str, Task] = {}
+    for kind, pattern in _QUESTIONS:
+        found = pattern.search(question)
+        if found is not None:
+            names = [found.group(key) for key in ("a", "b", "c") if key in pattern.groupindex]
+            return needs(kind, names, int(found.group("year")))
+    return [], None
 
 
 def _instruction(fact: dict[str, str], attempts: int) -> str:
@@ -723,7 +699,6 @@ def run_task(seed: int = 0) -> bool:
 
     _RESOURCES.forget_requests()
     chosen = draw_task(seed, _COMPANIES)
-    _TASKS_BY_QUESTION[chosen.question] = chosen
     rng = random.Random(seed)
     browser = Browser(_WEB, rng)
     files = FileShare(_FILES)
@@ -737,7 +712,7 @@ def run_task(seed: int = 0) -> bool:
     }
     conversation = Conversation(_RESOURCES.base_url)
     expected = f"{chosen.expected} {chosen.unit}".strip()
-    with task("research-" + chosen.facts[0].worker, input=chosen.question, expected_output=expected):
+    with task(f"research-{chosen.kind}", input=chosen.question, expected_output=expected):
         conversation.post("user", chosen.question)
         answer = ""
         for _ in range(MAX_TURNS):
@@ -758,12 +733,7 @@ def run_task(seed: int = 0) -> bool:
         right = bool(answer) and "FINAL ANSWER:" in answer and chosen.is_right(answer)
         reason = None if right else f"expected {expected}, got {final or 'no answer'}"
         set_outcome(right, final_output=final, reason=reason)
-    _TASKS_BY_QUESTION.pop(chosen.question, None)
     return right
-
-
-def _entries_of(conversation: Conversation) -> list[Entry]:
-    return conversation.entries
 
 
 __all__ = ["FAULTS", "OrchestraScript", "draw_task", "run_task"]
