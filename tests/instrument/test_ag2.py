@@ -11,6 +11,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrumentation import task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -50,7 +51,7 @@ def _summary(steps):
     for step in steps:
         message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
         text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
-        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), text))
     return out
 
 
@@ -123,7 +124,7 @@ def test_failing_tool_is_an_error_step_and_a_failing_model_fails_the_task(instru
         agent = Agent("searcher", config=config, tools=[lookup])
         asyncio.run(agent.ask("find it"))
     tool_step = spans.steps()[2]
-    assert tool_step.attributes[semconv.STEP_KIND] == "tool"
+    assert step_kind(tool_step) == "tool"
     assert tool_step.status.status_code is StatusCode.ERROR
     assert "index offline" in tool_step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
 

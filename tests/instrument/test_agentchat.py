@@ -18,6 +18,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("autogen_agentchat")
@@ -113,9 +114,7 @@ def _summary(steps) -> list[tuple[str, str, str, str]]:
             text = " | ".join(
                 p.get("content") or p.get("response") or f"call {p.get('name')}" for p in message["parts"]
             )
-        out.append(
-            (step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], step.name, text)
-        )
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), step.name, text))
     return out
 
 

@@ -19,6 +19,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry: never sent
@@ -93,7 +94,7 @@ def _summary(steps):
         text = " | ".join(
             p.get("content") or p.get("response") or f"call {p.get('name')}" for p in message["parts"]
         )
-        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), text))
     return out
 
 
@@ -191,7 +192,7 @@ def test_a_failing_tool_is_an_error_step(instrumented, calls):
     with ScriptedLLM(script, default="Final Answer: no data") as llm:
         result = _crew(llm, calls, tools=[LookupBroken()]).kickoff()
     assert result.raw
-    tools = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    tools = [s for s in spans.steps() if step_kind(s) == "tool"]
     assert tools and all(s.status.status_code is StatusCode.ERROR for s in tools)
     assert all(s.attributes[semconv.ERROR_TYPE] == "ValueError" for s in tools)
     trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))

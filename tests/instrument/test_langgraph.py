@@ -12,6 +12,7 @@ from otel_blame import semconv
 from otel_blame.instrumentation import task
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 pytest.importorskip("langgraph")
@@ -81,7 +82,7 @@ def _summary(steps):
     for step in steps:
         message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
         text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
-        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), text))
     return out
 
 
@@ -161,7 +162,7 @@ def test_a_failing_tool_is_an_error_step_and_the_apps_exception_passes_through(i
         result = _build(llm, lookup=offline).invoke(_input())
     assert result["messages"][3].status == "error"
     tool_step = spans.steps()[3]
-    assert tool_step.attributes[semconv.STEP_KIND] == "tool"
+    assert step_kind(tool_step) == "tool"
     assert tool_step.status.status_code is StatusCode.ERROR
     assert "census offline" in tool_step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
 

@@ -14,6 +14,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 agents = pytest.importorskip("agents")
@@ -75,7 +76,7 @@ def _assert_turns(steps, root, nested=None):
     turns = {}
     for step in steps:
         agent = step.attributes[semconv.GEN_AI_AGENT_NAME]
-        if step.attributes[semconv.STEP_KIND] == "tool":
+        if step_kind(step) == "tool":
             turn = turns[agent]
             assert step.parent.span_id == turn.context.span_id, step.name
             assert turn.start_time <= step.start_time and step.end_time <= turn.end_time
@@ -91,9 +92,7 @@ def _summary(steps):
     for step in steps:
         message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
         text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
-        out.append(
-            (step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], step.name, text)
-        )
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), step.name, text))
     return out
 
 
@@ -303,7 +302,7 @@ def test_a_failing_tool_is_an_error_step(instrumented):
         result = agents.Runner.run_sync(agent, "find it")
     assert result.final_output == "No data."
     steps = instrumented.steps()
-    assert [s.attributes[semconv.STEP_KIND] for s in steps] == ["message", "message", "tool", "message"]
+    assert [step_kind(s) for s in steps] == ["message", "message", "tool", "message"]
     assert [s.status.status_code is StatusCode.ERROR for s in steps] == [False, False, True, False]
     assert steps[2].attributes[semconv.ERROR_TYPE] == "ValueError"
     trajectory = trajectory_from_spans(sdk_spans_to_proto(instrumented.all()))
@@ -336,7 +335,7 @@ def test_a_tool_call_is_an_envelope_from_the_tools_start_to_its_return(instrumen
         agent = agents.Agent(name="searcher", instructions="Search.", model=_model(llm), tools=[slow_lookup])
         assert agents.Runner.run_sync(agent, "weather?").final_output == "Paris is sunny."
     steps = spans.steps()
-    assert [(s.name, s.attributes[semconv.STEP_KIND]) for s in steps] == [
+    assert [(s.name, step_kind(s)) for s in steps] == [
         ("invoke_agent user", "message"),
         ("invoke_agent searcher", "message"),
         ("execute_tool slow_lookup", "tool"),
