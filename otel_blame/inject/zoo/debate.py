@@ -1,6 +1,7 @@
-"""The zoo's ``debate`` app: a voting team on AutoGen AgentChat, where three solvers each propose an
-answer with their reasoning, a critic checks the proposals with a calculator tool, and a judge
-tallies the votes, round after round, until the vote is unanimous or two rounds are done.
+"""The zoo's ``debate`` app: a voting team on AutoGen AgentChat, where three or four solvers each
+propose an answer with their reasoning, a critic checks the proposals with a calculator tool, and a
+judge tallies the votes, round after round, until the vote is unanimous or two rounds are done. The
+solvers' speaking order is drawn from the seed, and a fourth solver joins a third of the debates.
 
 The problems are quantitative questions with a well-known trap (the average speed of a round trip,
 stacked discounts, compound interest, two pumps filling one tank, a rise then a fall in percent).
@@ -43,7 +44,7 @@ FAULTS: tuple[str, ...] = (
     "premature_handoff",
     "lost_context",
 )
-SOLVERS = ("solver_a", "solver_b", "solver_c")
+SOLVERS = ("solver_a", "solver_b", "solver_c", "solver_d")  # solver_d joins a third of the debates
 ROUNDS = 2
 MAX_MESSAGES = 40
 
@@ -186,6 +187,7 @@ class Problem:
     template: Template
     numbers: list[float]
     hasty: frozenset[str]  # the solvers whose style is the rule of thumb
+    solvers: tuple[str, ...] = SOLVERS[:3]  # the team's solvers, in speaking order
 
     @property
     def question(self) -> str:
@@ -210,7 +212,11 @@ def problem_for(seed: int) -> Problem:
     template = TEMPLATES[rng.randrange(len(TEMPLATES))]
     numbers = [float(x) for x in template.draw(rng)]
     hasty = rng.choices(({"solver_c"}, {"solver_b", "solver_c"}, {"solver_b"}), weights=(4, 4, 2))[0]
-    return Problem(template, numbers, frozenset(hasty))
+    solvers = list(SOLVERS[: rng.choice((3, 3, 4))])
+    if len(solvers) == 4 and rng.random() < 0.5:
+        hasty = hasty | {"solver_d"}  # still one careful solver at least: solver_a never is hasty
+    rng.shuffle(solvers)
+    return Problem(template, numbers, frozenset(hasty), tuple(solvers))
 
 
 def template_of(question: str) -> Template | None:
@@ -507,7 +513,7 @@ class DebateScript:
 
 SYSTEM_MESSAGES = {
     "solver": (
-        "You are {name}, one of three solvers in a debate. Propose an answer with your reasoning, the "
+        "You are {name}, one of the solvers in a debate. Propose an answer with your reasoning, the "
         "expression you evaluated in backticks after 'Expression:', and end with 'Answer: <number>'. In "
         "later rounds keep or revise your answer after the critic's verdict. {style}"
     ),
@@ -557,7 +563,7 @@ def build_team(problem: Problem, base_url: str) -> tuple[Any, Any]:
                 name=name, style=HASTY_STYLE if name in problem.hasty else CAREFUL_STYLE
             ),
         )
-        for name in SOLVERS
+        for name in problem.solvers
     ]
     critic = AssistantAgent(
         "critic",

@@ -67,18 +67,20 @@ def test_the_problems_have_a_trap_the_hasty_solvers_fall_into():
         numbers = [f"{n:g}" for n in problem.numbers]
         hasty = round(debate.evaluate(problem.template.hasty(numbers)), problem.template.decimals)
         assert hasty != problem.expected, problem.question
-        assert problem.hasty and problem.hasty <= set(debate.SOLVERS) - {"solver_a"}
+        assert problem.hasty and problem.hasty <= set(problem.solvers) - {"solver_a"}
+        assert len(problem.solvers) in (3, 4) and problem.solvers[0] in debate.SOLVERS
 
 
-@pytest.mark.parametrize("seed", [0, 3])  # one hasty solver; two (the careful one is outvoted at first)
+@pytest.mark.parametrize("seed", [0, 3])  # four solvers, two hasty; three, two hasty (outvoted at first)
 def test_a_clean_debate_settles_on_the_right_answer(run, seed):
+    solvers = list(debate.problem_for(seed).solvers)
     answer = run(seed)
     assert answer["error"] is None and answer["planted"] is None
     assert answer["outcome"] == "success"
     steps = _steps(answer)
     assert 10 <= len(steps) <= 40
     speakers = [s["agent"] for s in steps if s["kind"] == "message"]
-    assert speakers[:4] == ["user", "solver_a", "solver_b", "solver_c"]
+    assert speakers[: 1 + len(solvers)] == ["user", *solvers]
     assert speakers.count("judge") == debate.ROUNDS
     assert [s["tool_name"] for s in steps if s["kind"] == "tool"] == ["calculate"]
     final = steps[-1]
@@ -88,14 +90,14 @@ def test_a_clean_debate_settles_on_the_right_answer(run, seed):
 # kind -> (app seed, agent, step, fault seed): a message, call or tool result the kind changes so
 # that the team settles on a wrong answer or none
 FAILING = {
-    "number": (3, "solver_a", 1, 0),  # the critic recomputes the expression with a wrong number
-    "drop_instruction": (3, "solver_a", 1, 0),
-    "contradict_instruction": (3, "solver_a", 1, 0),
+    "number": (3, "solver_a", 2, 0),  # the critic recomputes the expression with a wrong number
+    "drop_instruction": (3, "solver_a", 2, 0),
+    "contradict_instruction": (3, "solver_a", 2, 0),
     "tool_error": (3, "critic", 5, 0),
     "wrong_tool_result": (3, "critic", 5, 0),
     "wrong_tool_argument": (3, "critic", 4, 0),
-    "terminate": (3, "solver_a", 1, 0),
-    "premature_handoff": (3, "solver_a", 1, 0),
+    "terminate": (3, "solver_b", 1, 0),
+    "premature_handoff": (3, "solver_a", 2, 0),
     "lost_context": (3, "critic", 6, 0),
 }
 
@@ -124,7 +126,7 @@ def test_a_planted_fault_fails_the_debate_with_its_agent_and_step_as_the_truth(r
 
 
 def test_the_critic_catches_a_wrong_answer_given_with_the_right_method(run):
-    fault = {"kind": "number", "agent": "solver_a", "step": 1, "seed": 17, "exact": True}
+    fault = {"kind": "number", "agent": "solver_a", "step": 2, "seed": 17, "exact": True}
     answer = run(3, fault)
     assert answer["planted"]["after"].endswith("Answer: 114.75")
     assert answer["outcome"] == "success"  # masked: marked incorrect, solver_a revised
