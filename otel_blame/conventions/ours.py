@@ -1,7 +1,11 @@
 """otel-blame's own instrumentation: numbered steps (``otel_blame.step.*``) and task attributes.
 
 The same attributes sit on a turn's ``invoke_agent`` span whether it is a leaf message or an
-envelope around the turn's chat and tool spans, so both shapes read the same here.
+envelope around the turn's chat and tool spans, so both shapes read the same here. A step declares
+its kind only for code execution: a tool step is the ``execute_tool`` operation (the GenAI
+convention's vote, which outranks an index), anything else a message; its role is in
+``gen_ai.output.messages`` unless ``otel_blame.step.role`` gives another label; the conversation id
+is on the root (docs/semconv.md, "Moved off the step spans").
 """
 
 from __future__ import annotations

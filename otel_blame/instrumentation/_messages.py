@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_blame.instrumentation._settings import CaptureSettings
 
@@ -21,8 +20,7 @@ from otel_blame.instrumentation._settings import CaptureSettings
 _REDACTION_MARGIN_CHARS = 512
 
 
-@dataclass(frozen=True)
-class PreparedContent:
+class PreparedContent(NamedTuple):
     text: str
     truncated: bool = False
     redacted: bool = False
@@ -132,12 +130,12 @@ def output_messages(
     text: str | None,
     tool_calls: Sequence[Mapping[str, Any]] | None,
     tool_call_id: str | None,
-    name: str,
     settings: CaptureSettings,
 ) -> tuple[str, bool, bool]:
-    """The ``gen_ai.output.messages`` JSON (role, parts) and whether anything was cut or masked."""
+    """The ``gen_ai.output.messages`` JSON (role, parts) and whether anything was cut or masked.
+    The speaker is the span's ``gen_ai.agent.name``: not repeated in the JSON."""
     if not tool_calls:
-        return _plain_output_messages(role, text, tool_call_id, name), False, False
+        return _plain_output_messages(role, text, tool_call_id), False, False
     parts: list[dict[str, Any]] = []
     truncated = redacted = False
     if text is not None:
@@ -156,11 +154,10 @@ def output_messages(
         if call.get("id") is not None:
             part["id"] = to_text(call.get("id"))
         parts.append(part)
-    message = {"role": role, "parts": parts, "name": name}
-    return _encode_json([message]), truncated, redacted
+    return _encode_json([{"role": role, "parts": parts}]), truncated, redacted
 
 
-def _plain_output_messages(role: str, text: str | None, tool_call_id: str | None, name: str) -> str:
+def _plain_output_messages(role: str, text: str | None, tool_call_id: str | None) -> str:
     """What ``_encode_json`` makes of a message without tool calls (same separators, same string
     escaping), built without the general encoder's per-call set-up: this runs on every message."""
     if text is None:
@@ -172,4 +169,4 @@ def _plain_output_messages(role: str, text: str | None, tool_call_id: str | None
         )
     else:
         part = f'{{"type": "text", "content": {_encode_string(text)}}}'
-    return f'[{{"role": {_encode_string(role)}, "parts": [{part}], "name": {_encode_string(name)}}}]'
+    return f'[{{"role": {_encode_string(role)}, "parts": [{part}]}}]'

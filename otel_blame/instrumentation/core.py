@@ -21,8 +21,6 @@ whose answer turns out wrong later can send ``otel-blame verdict TRACE_ID --fail
 from __future__ import annotations
 
 import contextvars
-import dataclasses
-import functools
 import inspect
 import json
 import logging
@@ -31,8 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -68,8 +65,7 @@ MAX_REMEMBERED_STEPS = 10_000
 MAX_REMEMBERED_CHARS = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class RememberedStep:
+class RememberedStep(NamedTuple):
     """A step as the task recorded it (content as captured: capped, redacted, or empty when off)."""
 
     index: int
@@ -134,6 +130,7 @@ class TaskRun:
         self.conversation_id = conversation_id
         self.settings = settings
         self.parent = parent
+        self.source: str | None = None  # otel_blame.instrumentation.source, set on the root once
         self.outcome: str | None = None
         self.started_ns = time.time_ns()
         self._lock = threading.Lock()
@@ -146,15 +143,24 @@ class TaskRun:
         self._steps: list[RememberedStep] = []
         self._remembered_chars = 0
 
-    def remember_step(self, step: RememberedStep) -> None:
-        """Keep a recorded step for :meth:`remembered_steps` (bounded by ``MAX_REMEMBERED_STEPS``)."""
+    def add_step(self, agent: str, role: str, kind: str, content: str, tool_name: Any, is_error: bool) -> int:
+        """The next step index, and the step kept for :meth:`remembered_steps` (bounded by
+        ``MAX_REMEMBERED_STEPS``; past ``MAX_REMEMBERED_CHARS`` without its text)."""
         with self._lock:
-            if len(self._steps) >= MAX_REMEMBERED_STEPS:
-                return
-            if self._remembered_chars + len(step.content) > MAX_REMEMBERED_CHARS:
-                step = dataclasses.replace(step, content="")
-            self._remembered_chars += len(step.content)
-            self._steps.append(step)
+            index = self._next_index
+            self._next_index += 1
+            if len(self._steps) < MAX_REMEMBERED_STEPS:
+                if self._remembered_chars + len(content) > MAX_REMEMBERED_CHARS:
+                    content = ""
+                self._remembered_chars += len(content)
+                self._steps.append(RememberedStep(index, agent, role, kind, content, tool_name, is_error))
+        return index
+
+    def note_source(self, source: str | None) -> None:
+        """Which hook records into this task: on the root, once (not on every step)."""
+        if source and self.source is None:
+            self.source = source
+            self.span.set_attribute(semconv.INSTRUMENTATION_SOURCE, source)
 
     def remembered_steps(self) -> list[RememberedStep]:
         """The steps recorded so far, in step-index order."""
@@ -170,31 +176,21 @@ class TaskRun:
         return format_trace_id(self._span_context.trace_id)
 
     def turn_opened(self, turn: Any) -> None:
-        with self._lock:
-            self._open_turns[id(turn)] = turn
+        self._open_turns[id(turn)] = turn  # one dict operation: atomic, no lock needed
 
     def turn_closed(self, turn: Any) -> None:
-        with self._lock:
-            self._open_turns.pop(id(turn), None)
+        self._open_turns.pop(id(turn), None)
 
     def close_open_turns(self) -> None:
         """End the agent turns a framework opened and never finished (their spans would be lost)."""
-        with self._lock:
-            left = list(self._open_turns.values())
-            self._open_turns.clear()
-        for turn in left:
+        left, self._open_turns = self._open_turns, {}
+        for turn in list(left.values()):
             turn.close()
 
     @property
     def steps_recorded(self) -> int:
         with self._lock:
             return self._next_index
-
-    def next_step_index(self) -> int:
-        with self._lock:
-            index = self._next_index
-            self._next_index += 1
-            return index
 
     def parent_context(self) -> otel_context.Context:
         """The current context when it is inside this task's trace, else the task root."""
@@ -263,26 +259,18 @@ class task:  # noqa: N801 - used like a function: ``with task("name"):`` / ``@ta
 
     # -- decorator -------------------------------------------------------------------------
     def __call__(self, function: F) -> F:
-        def fresh() -> task:
-            return task(
+        def enter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            scope = task(
                 self.name, self.input, self.expected_output, self.conversation_id, attributes=self.attributes
             )
+            scope.__enter__()
+            return scope, args, kwargs
 
-        if inspect.iscoroutinefunction(function):
+        def leave(scope: task, result: Any, error: BaseException | None) -> Any:
+            scope.__exit__(type(error) if error else None, error, None)
+            return result
 
-            @functools.wraps(function)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with fresh():
-                    return await function(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with fresh():
-                return function(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        return Around("task", enter, leave).decorate(function)  # type: ignore[return-value]
 
     # -- internals -------------------------------------------------------------------------
     def _start(self) -> TaskRun | None:
@@ -309,6 +297,8 @@ class task:  # noqa: N801 - used like a function: ``with task("name"):`` / ``@ta
                 semconv.workflow_span_name(self.name), kind=SpanKind.INTERNAL, attributes=attributes
             )
             run = TaskRun(self.name, span, conversation_id, settings, parent)
+            source = attributes.get(semconv.INSTRUMENTATION_SOURCE)
+            run.source = source if isinstance(source, str) else None
             run.input = attributes.get(semconv.TASK_INPUT)
             run.expected_output = attributes.get(semconv.TASK_EXPECTED_OUTPUT)
             otel_token = otel_context.attach(trace.set_span_in_context(span))
@@ -407,13 +397,11 @@ def _apply_outcome(run: TaskRun, success: bool, final_output: Any, reason: str |
 # --- the message path ----------------------------------------------------------------------------
 
 
+_KINDS: dict[Any, StepKind] = {**{kind.value: kind for kind in StepKind}, **{kind: kind for kind in StepKind}}
+
+
 def _kind_of(kind: Any) -> StepKind:
-    if kind is StepKind.MESSAGE:
-        return StepKind.MESSAGE
-    try:
-        return StepKind(kind)
-    except ValueError:
-        return StepKind.MESSAGE
+    return _KINDS.get(kind, StepKind.MESSAGE)
 
 
 def _text_of(content: Any) -> str | None:
@@ -439,6 +427,26 @@ def _offered(
     return interception.offer(outgoing)
 
 
+def _sent(
+    run: TaskRun | None,
+    agent: Any,
+    content: Any,
+    kind: Any,
+    tool_name: Any,
+    message: Any,
+    source: str | None,
+    intercept: bool,
+) -> tuple[str | None, Any]:
+    """A step's text and tool name as they go out: through the interceptor when ``intercept``."""
+    text = _text_of(content)
+    if intercept and text is not None:
+        outgoing = content if message is None else message
+        changed = _offered(run, agent_name(agent), _kind_of(kind).value, text, outgoing, tool_name, source)
+        if changed is not None:
+            return changed.text, changed.tool_name or tool_name
+    return text, tool_name
+
+
 def offer_tool_call(
     agent: Any,
     arguments: Any,
@@ -456,6 +464,22 @@ def offer_tool_call(
     kind = interception.HANDOFF if handoff else interception.TOOL_CALL
     text = arguments if isinstance(arguments, str) else to_text(arguments)
     return _offered(run, agent_name(agent), kind, text, message, tool_name, source)
+
+
+def offer_message(
+    agent: Any,
+    text: str,
+    *,
+    kind: StepKind | str = StepKind.MESSAGE,
+    message: Any = None,
+    tool_name: Any = None,
+    source: str | None = None,
+    task: TaskRun | None = None,
+) -> OutgoingMessage | None:
+    """A message offered on the message path where it leaves its agent, for a hook that records its
+    step later (with ``intercept=False``): the changed copy for the hook to apply, else None."""
+    run = task if task is not None else _CURRENT_TASK.get()
+    return _offered(run, agent_name(agent), _kind_of(kind).value, text, message, tool_name, source)
 
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -491,20 +515,7 @@ def record_message(
     is still emitted, without a step index. Never raises.
     """
     run = task if task is not None else _CURRENT_TASK.get()
-    text = _text_of(content)
-    if intercept and text is not None:
-        step_kind = _kind_of(kind)
-        changed = _offered(
-            run,
-            agent_name(agent),
-            step_kind.value,
-            text,
-            content if message is None else message,
-            tool_name,
-            source,
-        )
-        if changed is not None:
-            text, tool_name = changed.text, changed.tool_name or tool_name
+    text, tool_name = _sent(run, agent, content, kind, tool_name, message, source, intercept)
     _record_message(
         run,
         agent,
@@ -539,9 +550,15 @@ def _record_message(
     extra: Mapping[str, Any] | None,
     source: str | None,
 ) -> None:
-    span_name, attributes, _index = _step(
-        run, agent, text, role, kind, tool_name, tool_calls, tool_call_id, agent_id, extra, source, is_error
+    name = agent_name(agent)
+    step_kind = _kind_of(kind)
+    span_name, attributes = _identity(name, step_kind, tool_name, agent_id)
+    _index, step = _step(
+        run, name, text, role, step_kind, attributes, tool_calls, tool_call_id, extra, is_error
     )
+    attributes.update(step)
+    if run is not None:
+        run.note_source(source)
     span = tracer().start_span(
         span_name,
         context=run.parent_context() if run is not None else None,
@@ -554,90 +571,94 @@ def _record_message(
     span.end(end_time=max(time.time_ns(), start_time_ns or 0))
 
 
-def _step(
-    run: TaskRun | None,
-    agent: Any,
-    content: str | None,
-    role: Any,
-    kind: Any,
-    tool_name: Any,
-    tool_calls: Sequence[Mapping[str, Any]] | None,
-    tool_call_id: Any,
-    agent_id: Any,
-    extra: Mapping[str, Any] | None,
-    source: str | None,
-    is_error: bool = False,
-) -> tuple[str, dict[str, Any], int | None]:
-    """A step's span name, attributes (the step index taken now) and index: the one place the
-    attributes the processor reads are made, for point spans and agent turns alike."""
-    name = agent_name(agent)
-    raw_role = agent_name(role) if role is not None else "assistant"
-    step_kind = _kind_of(kind)
-    settings = run.settings if run is not None else current_settings()
-    attributes: dict[str, Any] = {
-        semconv.GEN_AI_AGENT_NAME: name,
-        semconv.STEP_ROLE: raw_role,
-        semconv.STEP_KIND: step_kind.value,
-    }
-    if step_kind is StepKind.TOOL:
+def _identity(name: str, kind: StepKind, tool_name: Any, agent_id: Any) -> tuple[str, dict[str, Any]]:
+    """Who a step's span is: its name, operation, agent and tool."""
+    attributes: dict[str, Any] = {semconv.GEN_AI_AGENT_NAME: name}
+    if kind is StepKind.TOOL:
         tool = agent_name(tool_name) if tool_name is not None else "tool"
-        span_name = semconv.tool_span_name(tool)
         attributes[semconv.GEN_AI_OPERATION_NAME] = semconv.OP_EXECUTE_TOOL
         attributes[semconv.GEN_AI_TOOL_NAME] = tool
+        span_name = semconv.tool_span_name(tool)
     else:
-        span_name = semconv.agent_span_name(name)
         attributes[semconv.GEN_AI_OPERATION_NAME] = semconv.OP_INVOKE_AGENT
         if tool_name is not None:
             attributes[semconv.GEN_AI_TOOL_NAME] = agent_name(tool_name)
+        span_name = semconv.agent_span_name(name)
     if agent_id is not None:
         attributes[semconv.GEN_AI_AGENT_ID] = to_text(agent_id)
+    return span_name, attributes
+
+
+# the raw role a step's kind implies when nothing else says it (what the processor assumes)
+_DEFAULT_ROLES = {
+    StepKind.MESSAGE: "assistant",
+    StepKind.TOOL: "tool",
+    StepKind.CODE_EXECUTION: "code_execution",
+}
+
+
+def _step(
+    run: TaskRun | None,
+    name: str,
+    text: str | None,
+    role: Any,
+    kind: StepKind,
+    identity: Mapping[str, Any],
+    tool_calls: Sequence[Mapping[str, Any]] | None,
+    tool_call_id: Any,
+    extra: Mapping[str, Any] | None,
+    is_error: bool = False,
+) -> tuple[int | None, dict[str, Any]]:
+    """What makes a span a step (the index taken now), for point spans and agent turns alike: the
+    one place the attributes the processor reads are made. Only what the span, its envelope or the
+    root do not carry already: the conversation id and the hook's name are on the root, the
+    message's role is in ``gen_ai.output.messages`` (``otel_blame.step.role`` only for another
+    label), the kind in the operation name (``otel_blame.step.kind`` only for code execution)."""
+    raw_role = agent_name(role) if role is not None else "assistant"
+    settings = run.settings if run is not None else current_settings()
+    attributes: dict[str, Any] = {}
+    if kind is StepKind.CODE_EXECUTION:
+        attributes[semconv.STEP_KIND] = kind.value
+    captured = settings.capture_content
+    implied = raw_role in MESSAGE_ROLES if captured else raw_role == _DEFAULT_ROLES[kind]
+    if not implied:
+        attributes[semconv.STEP_ROLE] = raw_role
     if tool_call_id is not None:
-        attributes[semconv.GEN_AI_TOOL_CALL_ID] = to_text(tool_call_id)
-    if source:
-        attributes[semconv.INSTRUMENTATION_SOURCE] = source
+        attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id = to_text(tool_call_id)
+    else:
+        call_id = None
     remembered = ""
-    if settings.capture_content:
-        prepared = prepare(content, settings) if content is not None or not tool_calls else None
+    if captured:
+        prepared = prepare(text, settings) if text is not None or not tool_calls else None
         remembered = prepared.text if prepared is not None else ""
-        if tool_calls:
-            remembered = f"{remembered}\n{to_text(list(tool_calls))}".strip()
-        message_role = raw_role if raw_role in MESSAGE_ROLES else "assistant"
         payload, truncated, redacted = output_messages(
-            message_role,
-            prepared.text if prepared is not None else None,
+            raw_role if raw_role in MESSAGE_ROLES else "assistant",
+            remembered if prepared is not None else None,
             tool_calls,
-            to_text(tool_call_id) if tool_call_id is not None else None,
-            name,
+            call_id,
             settings,
         )
         attributes[semconv.GEN_AI_OUTPUT_MESSAGES] = payload
+        if tool_calls:
+            remembered = f"{remembered}\n{to_text(list(tool_calls))}".strip()
         if (prepared is not None and prepared.truncated) or truncated:
             attributes[semconv.CONTENT_TRUNCATED] = True
         if (prepared is not None and prepared.redacted) or redacted:
             attributes[semconv.CONTENT_REDACTED] = True
-    for key, value in (extra or {}).items():
-        if isinstance(key, str) and isinstance(value, str | bool | int | float):
-            if isinstance(value, str) and settings.redactor is not None:
-                value = settings.redactor(value)  # extra attributes are content too: no secret leaves
-            attributes.setdefault(key, value)
-    if run is not None:
-        attributes[semconv.GEN_AI_CONVERSATION_ID] = run.conversation_id
-        attributes[semconv.STEP_INDEX] = index = run.next_step_index()
-        run.remember_step(
-            RememberedStep(
-                index=index,
-                agent=name,
-                role=raw_role,
-                kind=step_kind.value,
-                content=remembered,
-                tool_name=attributes.get(semconv.GEN_AI_TOOL_NAME),
-                is_error=is_error,
-            )
-        )
-    else:
+    if extra:
+        for key, value in extra.items():
+            if isinstance(key, str) and isinstance(value, str | bool | int | float) and key not in identity:
+                if isinstance(value, str) and settings.redactor is not None:
+                    value = settings.redactor(value)  # extra attributes are content too: no secret leaves
+                attributes.setdefault(key, value)
+    if run is None:
         warn_once("no-task", "otel-blame: record_message outside a task; the span has no step index")
-        index = None
-    return span_name, attributes, index
+        return None, attributes
+    index = run.add_step(
+        name, raw_role, kind.value, remembered, identity.get(semconv.GEN_AI_TOOL_NAME), is_error
+    )
+    attributes[semconv.STEP_INDEX] = index
+    return index, attributes
 
 
 # --- agent turns: envelope spans -----------------------------------------------------------------
@@ -680,36 +701,29 @@ class AgentTurn:
         attributes: Mapping[str, Any] | None = None,
     ) -> None:
         self.agent = agent_name(agent)
-        self.run = task if task is not None else _CURRENT_TASK.get()
+        self.run = run = task if task is not None else _CURRENT_TASK.get()
         self.source = source
         self.answered = False
         self.index: int | None = None
         self._closed = False
         self._token: Any = None
         self._agent_id = agent_id
-        self._name = semconv.agent_span_name(self.agent)
         self._tool: tuple[Any, Any] | None = None
-        initial: dict[str, Any] = {
-            semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
-            semconv.GEN_AI_AGENT_NAME: self.agent,
-        }
-        if agent_id is not None:
-            initial[semconv.GEN_AI_AGENT_ID] = to_text(agent_id)
-        if self.run is not None:
-            initial[semconv.GEN_AI_CONVERSATION_ID] = self.run.conversation_id
-        if source:
-            initial[semconv.INSTRUMENTATION_SOURCE] = source
-        redactor = self.run.settings.redactor if self.run is not None else current_settings().redactor
-        for key, value in (attributes or {}).items():
-            if isinstance(key, str) and isinstance(value, str | bool | int | float):
-                if isinstance(value, str) and redactor is not None:
-                    value = redactor(value)  # extra attributes are content too: no secret leaves
-                initial.setdefault(key, value)
+        self._name, initial = _identity(self.agent, StepKind.MESSAGE, None, agent_id)
+        if attributes:
+            redactor = run.settings.redactor if run is not None else current_settings().redactor
+            for key, value in attributes.items():
+                if isinstance(key, str) and isinstance(value, str | bool | int | float):
+                    if isinstance(value, str) and redactor is not None:
+                        value = redactor(value)  # extra attributes are content too: no secret leaves
+                    initial.setdefault(key, value)
         self._initial = initial
         try:
+            if run is not None:
+                run.note_source(source)
             self.span: Span = tracer().start_span(
                 self._name,
-                context=self.run.parent_context() if self.run is not None else None,
+                context=run.parent_context() if run is not None else None,
                 kind=SpanKind.INTERNAL,
                 attributes=initial,
                 start_time=start_time_ns,
@@ -717,8 +731,8 @@ class AgentTurn:
         except Exception:  # never stand between the app and its agent: the turn goes untraced
             HOOK_ERRORS.record("agent_turn.open")
             self.span = trace.INVALID_SPAN
-        if self.run is not None:
-            self.run.turn_opened(self)
+        if run is not None:
+            run.turn_opened(self)
 
     # -- scope ----------------------------------------------------------------------------------
     def activate(self) -> None:
@@ -791,19 +805,9 @@ class AgentTurn:
             )
         if agent is not None:
             self.agent = agent_name(agent)
-        text = _text_of(content)
-        if intercept and text is not None:
-            changed = _offered(
-                self.run,
-                self.agent,
-                _kind_of(kind).value,
-                text,
-                content if message is None else message,
-                tool_name,
-                self.source,
-            )
-            if changed is not None:
-                text, tool_name = changed.text, changed.tool_name or tool_name
+        text, tool_name = _sent(
+            self.run, self.agent, content, kind, tool_name, message, self.source, intercept
+        )
         self._answer(text, role, kind, tool_name, tool_calls, tool_call_id, is_error, attributes)
         return text if text is not None else ""
 
@@ -819,19 +823,10 @@ class AgentTurn:
         is_error: bool,
         extra: Mapping[str, Any] | None,
     ) -> None:
-        span_name, attributes, index = _step(
-            self.run,
-            self.agent,
-            text,
-            role,
-            kind,
-            tool_name,
-            tool_calls,
-            tool_call_id,
-            self._agent_id,
-            extra,
-            self.source,
-            is_error,
+        step_kind = _kind_of(kind)
+        span_name, identity = _identity(self.agent, step_kind, tool_name, self._agent_id)
+        index, attributes = _step(
+            self.run, self.agent, text, role, step_kind, identity, tool_calls, tool_call_id, extra, is_error
         )
         self.answered = True
         self.index = index
@@ -839,8 +834,10 @@ class AgentTurn:
         if span_name != self._name:
             span.update_name(span_name)  # a tool result (the turn was the tool's run), or a named speaker
         initial = self._initial
-        # only what the span does not carry yet: each attribute set costs the SDK a lock and a check
-        span.set_attributes({k: v for k, v in attributes.items() if initial.get(k, _UNSET) != v})
+        for key, value in identity.items():  # only what the span does not carry yet: no attribute twice
+            if initial.get(key, _UNSET) != value:
+                attributes[key] = value
+        span.set_attributes(attributes)
         if is_error:
             span.set_status(Status(StatusCode.ERROR))
 
@@ -958,15 +955,8 @@ def _leave_tool(turn: AgentTurn, name: str, result: Any, error: BaseException | 
 
 
 def _as_tool_function(turn: AgentTurn, function: Callable[..., Any], tool_call_id: Any) -> Callable[..., Any]:
-    around = Around(
+    return Around(
         "agent_turn.as_tool",
         lambda wrapped, _instance, args, kwargs: _enter_tool(turn, wrapped, tool_call_id, args, kwargs),
         lambda name, result, error: _leave_tool(turn, name, result, error),
-    )
-    call = around.coroutine if inspect.iscoroutinefunction(function) else around.sync
-
-    @functools.wraps(function)
-    def tool(*args: Any, **kwargs: Any) -> Any:
-        return call(function, None, args, kwargs)
-
-    return tool
+    ).decorate(function)

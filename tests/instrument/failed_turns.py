@@ -9,7 +9,8 @@ import json
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from tests.instrument.steps import step_kind
 
 
 def assert_failed_turn_is_error_step(spans, agent: str, error_type: str, kind: str = "message"):
@@ -21,7 +22,7 @@ def assert_failed_turn_is_error_step(spans, agent: str, error_type: str, kind: s
     ]
     assert failed, f"no error step of {agent!r}"
     step = failed[-1]
-    assert step.attributes[semconv.STEP_KIND] == kind
+    assert step_kind(step) == kind
     assert step.attributes[semconv.ERROR_TYPE] == error_type
     assert step.status.description and step.status.description.startswith(error_type.rsplit(".")[-1])
     assert any(e.name == "exception" for e in step.events)

@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import (
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import (
     agent_turn,
     current_trace_id,
     last_trace_id,
@@ -19,8 +20,8 @@ from otel_blame.instrument import (
     set_outcome,
     task,
 )
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 
 
 def _text(span) -> str:
@@ -50,7 +51,7 @@ def test_a_turn_encloses_the_work_done_in_it_and_carries_its_answer(spans):
     assert coder.end_time >= by_name["execute_tool python"].end_time
     assert coder.end_time - coder.start_time >= 10_000_000
     assert coder.attributes[semconv.STEP_INDEX] == 1 and _text(coder) == "42"
-    assert coder.attributes[semconv.GEN_AI_CONVERSATION_ID] == run.conversation_id
+    assert root.attributes[semconv.GEN_AI_CONVERSATION_ID] == run.conversation_id  # on the root (moved)
     assert [s.attributes[semconv.STEP_INDEX] for s in spans.steps()] == [0, 1, 2]
     assert run.trace_id_hex == format(root.context.trace_id, "032x")
 
@@ -82,7 +83,7 @@ def test_old_and_new_forms_give_the_same_trajectory(spans):
         ]
 
     assert run_with(True) == run_with(False)
-    tool = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"][0]
+    tool = [s for s in spans.steps() if step_kind(s) == "tool"][0]
     assert tool.name == "execute_tool run"  # a turn answered with a tool result is the tool's span
 
 

@@ -16,9 +16,10 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry: never sent
@@ -93,7 +94,7 @@ def _summary(steps):
         text = " | ".join(
             p.get("content") or p.get("response") or f"call {p.get('name')}" for p in message["parts"]
         )
-        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], text))
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), text))
     return out
 
 
@@ -191,7 +192,7 @@ def test_a_failing_tool_is_an_error_step(instrumented, calls):
     with ScriptedLLM(script, default="Final Answer: no data") as llm:
         result = _crew(llm, calls, tools=[LookupBroken()]).kickoff()
     assert result.raw
-    tools = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    tools = [s for s in spans.steps() if step_kind(s) == "tool"]
     assert tools and all(s.status.status_code is StatusCode.ERROR for s in tools)
     assert all(s.attributes[semconv.ERROR_TYPE] == "ValueError" for s in tools)
     trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
@@ -326,3 +327,45 @@ def test_a_hook_error_does_not_break_the_crew(instrumented, calls, monkeypatch):
         ("researcher", "message"),
         ("writer", "message"),
     ]
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_what_the_tool_and_the_next_agent_get(instrumented, calls):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "researcher", "Paris", "Rome"),
+        ("tool", "researcher", "sunny", "rainy"),
+        ("message", "researcher", "21 C", "12 C"),
+    )
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm, intercept_messages(rewriter):
+        result = _crew(llm, calls).kickoff()
+        assert "Rome: rainy, 21 C" in sent_to_model(llm, 1)  # the tool ran on Rome; the model got the change
+        assert "Paris: sunny, 12 C" in sent_to_model(llm, 2)  # the writer got the researcher's changed answer
+    assert rewriter.unused == []
+    assert result.tasks_output[0].raw == "Paris: sunny, 12 C"
+    summary = _summary(spans.steps())
+    assert summary[1] == ("researcher", "tool", "Rome: rainy, 21 C")
+    assert summary[2] == ("researcher", "message", "Paris: sunny, 12 C")
+    assert [(o.kind, o.step) for o in rewriter.changed] == [("tool_call", 0), ("tool", 1), ("message", 2)]
+    assert {o.framework for o in rewriter.seen} == {"crewai"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm, intercept_messages(raising):
+        result = _crew(llm, calls).kickoff()
+    assert result.raw == "It is sunny in Paris today, 21 C."
+    assert [s[2] for s in _summary(instrumented.steps())][1:] == [
+        "Paris: sunny, 21 C",
+        "Paris: sunny, 21 C",
+        "It is sunny in Paris today, 21 C.",
+    ]
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -11,9 +11,10 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 agents = pytest.importorskip("agents")
@@ -75,7 +76,7 @@ def _assert_turns(steps, root, nested=None):
     turns = {}
     for step in steps:
         agent = step.attributes[semconv.GEN_AI_AGENT_NAME]
-        if step.attributes[semconv.STEP_KIND] == "tool":
+        if step_kind(step) == "tool":
             turn = turns[agent]
             assert step.parent.span_id == turn.context.span_id, step.name
             assert turn.start_time <= step.start_time and step.end_time <= turn.end_time
@@ -91,9 +92,7 @@ def _summary(steps):
     for step in steps:
         message = json.loads(step.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]
         text = "".join(p.get("content", p.get("response", "")) for p in message["parts"])
-        out.append(
-            (step.attributes[semconv.GEN_AI_AGENT_NAME], step.attributes[semconv.STEP_KIND], step.name, text)
-        )
+        out.append((step.attributes[semconv.GEN_AI_AGENT_NAME], step_kind(step), step.name, text))
     return out
 
 
@@ -185,7 +184,7 @@ class _EventLog(agents.RunHooks):
 
 
 def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(spans):
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     with ScriptedLLM(CONSULT_SCRIPT) as llm:
         plain = _EventLog()
@@ -303,7 +302,7 @@ def test_a_failing_tool_is_an_error_step(instrumented):
         result = agents.Runner.run_sync(agent, "find it")
     assert result.final_output == "No data."
     steps = instrumented.steps()
-    assert [s.attributes[semconv.STEP_KIND] for s in steps] == ["message", "message", "tool", "message"]
+    assert [step_kind(s) for s in steps] == ["message", "message", "tool", "message"]
     assert [s.status.status_code is StatusCode.ERROR for s in steps] == [False, False, True, False]
     assert steps[2].attributes[semconv.ERROR_TYPE] == "ValueError"
     trajectory = trajectory_from_spans(sdk_spans_to_proto(instrumented.all()))
@@ -336,7 +335,7 @@ def test_a_tool_call_is_an_envelope_from_the_tools_start_to_its_return(instrumen
         agent = agents.Agent(name="searcher", instructions="Search.", model=_model(llm), tools=[slow_lookup])
         assert agents.Runner.run_sync(agent, "weather?").final_output == "Paris is sunny."
     steps = spans.steps()
-    assert [(s.name, s.attributes[semconv.STEP_KIND]) for s in steps] == [
+    assert [(s.name, step_kind(s)) for s in steps] == [
         ("invoke_agent user", "message"),
         ("invoke_agent searcher", "message"),
         ("execute_tool slow_lookup", "tool"),
@@ -441,7 +440,7 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
     from agents.run import AgentRunner
     from agents.run_internal import tool_execution
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     formatter = "maybe_invoke_function_tool_failure_error_function"
     patched = [(AgentRunner.__dict__, "run"), (AgentRunner.__dict__, "run_streamed")]
@@ -465,3 +464,45 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
         assert all(owner[name] is o for (owner, name), o in zip(patched, originals, strict=True))
     finally:
         instrumentor.uninstrument()
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_tool_calls_results_handoffs_and_answers(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "researcher", "Paris", "Rome"),
+        ("tool", "researcher", "sunny", "rainy"),
+        ("message", "writer", "21 C", "12 C"),
+    )
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm, intercept_messages(rewriter):
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+        assert "Rome: rainy, 21 C" in sent_to_model(llm, 2)  # the model saw the changed call's result
+    assert rewriter.unused == []
+    assert result.final_output == "Paris is sunny, 12 C."
+    summary = _summary(spans.steps())
+    assert summary[4] == ("researcher", "tool", "execute_tool lookup_weather", "Rome: rainy, 21 C")
+    assert summary[7][3] == "Paris is sunny, 12 C."
+    call = json.loads(spans.steps()[3].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert json.loads(call["arguments"]) == {"city": "Rome"}
+    assert [o.kind for o in rewriter.seen if o.tool_name and o.tool_name.startswith("transfer_to_")] == [
+        "handoff",
+        "handoff",
+    ]
+    assert {o.framework for o in rewriter.seen} == {"openai_agents"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm, intercept_messages(raising):
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+    assert result.final_output == "Paris is sunny, 21 C."
+    assert _summary(instrumented.steps()) == HANDOFF_STEPS
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from otel_blame import semconv
-from otel_blame.instrument import agent_turn, record_message, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import agent_turn, record_message, task
+from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
 from .autogen_fixtures import QUESTION, SCRIPT, build_group_chat
@@ -160,7 +161,7 @@ def test_openai_agents_each_model_call_nests_under_its_turn_with_the_turns_tools
     for chat_span, turn in zip(chats, turns, strict=True):
         _assert_enclosed(turn, chat_span)
         assert semconv.STEP_INDEX in turn.attributes  # the turn is the step of the model's response
-    tools = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    tools = [s for s in spans.steps() if step_kind(s) == "tool"]
     assert [by_id[t.parent.span_id].name for t in tools] == [
         "invoke_agent triage",
         "invoke_agent researcher",
@@ -191,7 +192,7 @@ def test_langgraph_each_nodes_model_call_nests_under_the_nodes_turn(openai_v2, m
     for chat_span, turn in zip(chats, turns, strict=True):
         _assert_enclosed(turn, chat_span)
         assert semconv.STEP_INDEX in turn.attributes
-    (tool,) = [s for s in spans.steps() if s.attributes[semconv.STEP_KIND] == "tool"]
+    (tool,) = [s for s in spans.steps() if step_kind(s) == "tool"]
     assert tool.name == "execute_tool population"  # the tools node's turn is the tool's run
     root = spans.root()
     assert all(s.parent.span_id == root.context.span_id for s in spans.steps())
