@@ -1,20 +1,21 @@
 """The message interceptor a campaign run installs: watches every outgoing message, plants one fault.
 
 It sees messages through the instrumentation's own message path
-(:mod:`otel_blame.instrumentation._interception`): what it returns is what the recipient gets and
-what the step records. The fault goes into the first message of the planned agent at or after the
-planned step that the fault kind can change; the step index that message got is the ground truth.
+(:mod:`otel_blame.instrumentation.interception`): the changed copy it returns is what the framework
+hook hands the recipient and what the step records. The fault goes into the first message of the
+planned agent at or after the planned step that the fault kind can change; the step index that
+message got is the ground truth.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from otel_blame.inject.faults import FaultKind, applies, apply_fault
-from otel_blame.instrumentation._interception import OutgoingMessage
+from otel_blame.instrumentation.interception import OutgoingMessage
 
 
 @dataclass(frozen=True)
@@ -49,27 +50,15 @@ class PlantedFault:
         return asdict(self)
 
 
-def with_content(message: Any, text: str) -> Any:
-    """The framework message with its text replaced (a str stays a str, a dict is copied)."""
-    if isinstance(message, Mapping):
-        changed = dict(message)
-        changed["content"] = text
-        responses = changed.get("tool_responses")
-        if isinstance(responses, list) and responses:
-            changed["tool_responses"] = [{**dict(responses[0]), "content": text}, *responses[1:]]
-        return changed
-    return text
-
-
 class Injector:
-    """A :class:`~otel_blame.instrumentation._interception.MessageInterceptor` for one run."""
+    """A :class:`~otel_blame.instrumentation.interception.MessageInterceptor` for one run."""
 
     def __init__(self, plan: FaultPlan | None) -> None:
         self.plan = plan
         self.seen: list[SeenMessage] = []
         self.planted: PlantedFault | None = None
 
-    def __call__(self, outgoing: OutgoingMessage) -> Any:
+    def __call__(self, outgoing: OutgoingMessage) -> OutgoingMessage | None:
         self.seen.append(SeenMessage(outgoing.agent, outgoing.step, outgoing.kind, outgoing.text))
         plan = self.plan
         if plan is None or self.planted is not None or outgoing.step is None:
@@ -89,4 +78,4 @@ class Injector:
             before=outgoing.text,
             after=injected.text,
         )
-        return with_content(outgoing.message, injected.text)
+        return dataclasses.replace(outgoing, text=injected.text)

@@ -13,21 +13,23 @@ from __future__ import annotations
 from typing import Any
 
 from otel_blame.instrumentation._safety import hook_error_count
-from otel_blame.instrumentation._scope import (
-    TaskRun,
-    current_task,
-    current_trace_id,
-    last_trace_id,
-    set_outcome,
-    task,
-)
 from otel_blame.instrumentation._settings import (
     CaptureSettings,
     configure,
     current_settings,
     reset_configuration,
 )
-from otel_blame.instrumentation.api import AgentTurn, agent_turn, record_message
+from otel_blame.instrumentation.api import (
+    AgentTurn,
+    TaskRun,
+    agent_turn,
+    current_task,
+    current_trace_id,
+    last_trace_id,
+    record_message,
+    set_outcome,
+    task,
+)
 
 __all__ = [
     "AgentTurn",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from otel_blame.instrumentation._scope import TaskRun, current_task
+from otel_blame.instrumentation.core import TaskRun, current_task
 
 if TYPE_CHECKING:
     from otel_blame.attribution.result import Attribution

@@ -59,9 +59,9 @@ def test_only_one_interceptor_at_a_time():
 
 
 def test_remembered_content_is_bounded_per_task(instrumented, monkeypatch):
-    from otel_blame.instrumentation import _scope
+    from otel_blame.instrumentation import core
 
-    monkeypatch.setattr(_scope, "MAX_REMEMBERED_CHARS", 25)
+    monkeypatch.setattr(core, "MAX_REMEMBERED_CHARS", 25)
     with task("long") as run:
         for number in range(4):
             record_message(f"agent{number}", "0123456789")  # 10 characters each

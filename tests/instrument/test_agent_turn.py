@@ -37,7 +37,7 @@ def test_a_turn_encloses_the_work_done_in_it_and_carries_its_answer(spans):
                 time.sleep(0.01)
             with other.start_as_current_span("execute_tool python"):
                 pass
-            assert turn.answer("42") == 1
+            assert turn.answer("42") == "42" and turn.index == 1
         record_message("critic", "right")
         set_outcome(True, final_output="42")
     root = spans.root()

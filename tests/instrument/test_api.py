@@ -32,9 +32,10 @@ def _content(span) -> str:
 def test_task_and_messages_make_a_root_and_ordered_children(spans):
     with task("solve", input="what is 6*7?", expected_output="42", conversation_id="conv-1") as run:
         assert current_task() is run
-        assert record_message("planner", "let's compute") == 0
-        assert record_message("coder", "6*7 = 42", role="Coder (-> Critic)") == 1
-        assert record_message("critic", "looks right", role="user") == 2
+        assert record_message("planner", "let's compute") == "let's compute"  # the text as it goes out
+        assert record_message("coder", "6*7 = 42", role="Coder (-> Critic)") == "6*7 = 42"
+        assert record_message("critic", "looks right", role="user") == "looks right"
+        assert run.steps_recorded == 3
         set_outcome(True, final_output="42")
     assert current_task() is None
     root = spans.root()
@@ -157,7 +158,7 @@ def test_redaction_before_export_and_across_the_cut(spans):
 )
 def test_bad_inputs_are_recorded_not_raised(spans, agent, content, expected_agent, expected_content):
     with task(name=None):
-        assert record_message(agent, content, role=None) == 0
+        assert record_message(agent, content, role=None) == expected_content
     step = spans.steps()[0]
     assert step.attributes[semconv.GEN_AI_AGENT_NAME] == expected_agent
     assert _content(step) == expected_content
@@ -190,23 +191,21 @@ def test_app_exceptions_pass_through_unchanged_and_are_recorded(spans):
 
 
 def test_hook_failures_are_swallowed_counted_and_logged_once(spans, monkeypatch, caplog):
-    import otel_blame.instrumentation._scope as scope
-    import otel_blame.instrumentation.api as api
+    import otel_blame.instrumentation.core as core
 
     def broken(*args, **kwargs):
         raise RuntimeError("our bug")
 
-    monkeypatch.setattr(api, "prepare", broken)
-    monkeypatch.setattr(scope, "prepare", broken)
+    monkeypatch.setattr(core, "prepare", broken)
     with task("t") as run:
-        assert record_message("a", "x") is None
-        assert record_message("a", "y") is None
+        assert record_message("a", "x") == "x"  # the message goes out unchanged
+        assert record_message("a", "y") == "y"
         set_outcome(True, final_output="z")
         assert run is not None
     assert hook_error_count() == 3
     assert sum("record_message failed" in r.getMessage() for r in caplog.records) == 1
 
-    monkeypatch.setattr(scope, "tracer", broken)
+    monkeypatch.setattr(core, "tracer", broken)
     ran = []
     with task("t2") as run:
         ran.append(run)
@@ -333,7 +332,7 @@ def test_many_threads_get_unique_gapless_indices(spans):
 
 
 def test_outside_a_task_spans_have_no_index_and_outcome_is_ignored(spans):
-    assert record_message("lonely", "hi") is None
+    assert record_message("lonely", "hi") == "hi"
     set_outcome(False)
     (span,) = spans.all()
     assert semconv.STEP_INDEX not in span.attributes and span.name == "invoke_agent lonely"
@@ -344,7 +343,7 @@ def test_odd_tool_calls_are_kept(spans):
     with task("t"):
         assert (
             record_message("a", None, tool_calls=["raw call text", {"name": "direct", "arguments": {"x": 1}}])
-            == 0
+            == ""
         )
     parts = json.loads(spans.steps()[0].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"]
     assert parts == [

@@ -22,8 +22,15 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
-from otel_blame.instrumentation._scope import TaskRun, current_task, set_outcome, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
+from otel_blame.instrumentation.core import (
+    AgentTurn,
+    TaskRun,
+    current_task,
+    offer_tool_call,
+    record_message,
+    set_outcome,
+    task,
+)
 
 SOURCE = "ag2"
 # the task whose ag2 turn encloses the running code (None: no turn yet, this is the outermost)
@@ -200,7 +207,7 @@ class _MiddlewareMixin:
     @guarded("ag2.turn")
     def _record_question(self, run: TaskRun, event: Any) -> None:
         if type(event).__name__ in ("ModelRequest", "DrainedModelRequest"):
-            record_message("user", _input_text(event), "user", task=run, source=SOURCE)
+            record_message("user", _input_text(event), "user", task=run, source=SOURCE, intercept=False)
 
     async def on_llm_call(self, call_next: Any, events: Sequence[Any], context: Any) -> Any:
         with AgentTurn(self.agent_name, source=SOURCE) as turn:
@@ -210,14 +217,27 @@ class _MiddlewareMixin:
 
     @guarded("ag2.llm_call")
     def _record_response(self, turn: AgentTurn, response: Any) -> None:
+        """The model's response on the message path: its tool calls (before ag2 runs them) and its
+        text; what an interceptor changes is changed on the response ag2 goes on with."""
+        for call in getattr(getattr(response, "tool_calls", None), "calls", None) or ():
+            changed = offer_tool_call(
+                self.agent_name, call.arguments, call.name, message=response, source=SOURCE, task=turn.run
+            )
+            if changed is not None:
+                call.arguments = changed.text
+                call.name = changed.tool_name or call.name
+                call.serialized_arguments = None  # parsed again from the changed arguments
         calls = _tool_calls(response)
         content = getattr(response, "content", None)
-        turn.answer(
+        sent = turn.answer(
             content if content is not None or not calls else None,
             "assistant",
             tool_calls=calls or None,
             attributes=_model_attributes(response),
+            message=response,
         )
+        if content is not None and sent != content and response.message is not None:
+            response.message.content = sent
 
     async def on_tool_execution(self, call_next: Any, event: Any, context: Any) -> Any:
         turn = AgentTurn(self.agent_name, source=SOURCE)
@@ -231,14 +251,20 @@ class _MiddlewareMixin:
     @guarded("ag2.tool_execution")
     def _record_tool(self, turn: AgentTurn, event: Any, result: Any) -> None:
         failed = type(result).__name__ == "ToolErrorEvent"
-        turn.answer(
-            _tool_result_text(result),
+        text = _tool_result_text(result)
+        sent = turn.answer(
+            text,
             "tool",
             kind=StepKind.TOOL,
             tool_name=getattr(event, "name", None) or "tool",
             tool_call_id=getattr(event, "id", None),
             is_error=failed,
+            message=result,
         )
+        if sent != text:  # the model gets the changed result
+            from ag2.events.tool_events import ToolResult
+
+            result.result = ToolResult(sent)
 
 
 def _model_attributes(response: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@
   root ``invoke_workflow {team or agent name}``; the run's input messages are steps (their
   ``source``, usually ``user``) of the outermost run only.
 - ``on_messages_stream`` of the built-in agents: each call is one agent turn, an
-  :class:`~otel_blame.instrumentation.api.AgentTurn` current while the agent's generator runs (its
+  :class:`~otel_blame.instrumentation.core.AgentTurn` current while the agent's generator runs (its
   model calls nest under it) and answered with the turn's final message (a ``HandoffMessage``
   included). A ``ToolCallRequestEvent`` the agent yields is a step of that agent, under the turn.
 - ``BaseTool.run_json``: each tool execution (handoff tools included) is an envelope
@@ -23,11 +23,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS
-from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
+from otel_blame.instrumentation._wrapping import Around
+from otel_blame.instrumentation.core import (
+    AgentTurn,
+    TaskRun,
+    current_task,
+    offer_tool_call,
+    record_message,
+    task,
+)
 
 SOURCE = "agentchat"
 
@@ -64,7 +70,7 @@ def _record_input(run: TaskRun, value: Any) -> None:
                 source, text = message
             else:
                 source, text = getattr(message, "source", "user"), _message_text(message)
-            record_message(source, text, "user", source=SOURCE, task=run)
+            record_message(source, text, "user", source=SOURCE, task=run, intercept=False)
         except Exception:
             HOOK_ERRORS.record("agentchat.input")
 
@@ -233,14 +239,23 @@ async def _turn_stream(turn_: _Turn, stream: Any) -> AsyncIterator[Any]:
 
 
 def _answer(envelope: AgentTurn, response: Any) -> None:
-    """The turn's final message on its span; never raises."""
+    """The turn's final message on its span, on the message path: what an interceptor changes is
+    changed on the message the team passes on. Never raises."""
+    message = getattr(response, "chat_message", None)
     try:
         text = _response_text(response)
         attributes = _response_attributes(response)
     except Exception:
         HOOK_ERRORS.record("agentchat.turn_end")
         text, attributes = None, {}
-    envelope.answer(text, attributes=attributes)
+    content = getattr(message, "content", None)
+    applicable = isinstance(content, str) and text == content  # a text the message carries as is
+    sent = envelope.answer(text, attributes=attributes, message=message, intercept=applicable)
+    if applicable and sent != content:
+        try:
+            message.content = sent
+        except Exception:
+            HOOK_ERRORS.record("agentchat.intercept")
 
 
 async def _close(stream: Any) -> None:
@@ -257,6 +272,7 @@ def _observe(turn_: _Turn, item: Any) -> None:
         kind = type(item).__name__
         envelope = turn_.envelope
         if kind == "ToolCallRequestEvent":
+            _offer_tool_calls(envelope, item)
             calls = [
                 {"id": c.id, "function": {"name": c.name, "arguments": c.arguments}}
                 for c in getattr(item, "content", None) or ()
@@ -284,9 +300,27 @@ def _observe(turn_: _Turn, item: Any) -> None:
                     is_error=bool(getattr(result, "is_error", False)),
                     source=SOURCE,
                     task=envelope.run,
+                    intercept=False,  # already in the agent's hands
                 )
     except Exception:
         HOOK_ERRORS.record("agentchat.observe")
+
+
+def _offer_tool_calls(envelope: AgentTurn, request: Any) -> None:
+    """The model's tool calls on the message path before the agent runs them: the agent executes
+    the very ``FunctionCall`` objects of the request, so a change made on them reaches the tool."""
+    for call in getattr(request, "content", None) or ():
+        changed = offer_tool_call(
+            getattr(request, "source", None) or envelope.agent,
+            call.arguments,
+            call.name,
+            message=request,
+            source=SOURCE,
+            task=envelope.run,
+        )
+        if changed is not None:
+            call.arguments = changed.text
+            call.name = changed.tool_name or call.name
 
 
 def _is_chat_message(message: Any) -> bool:
@@ -319,38 +353,44 @@ def _response_attributes(response: Any) -> dict[str, Any]:
 # -- tools -----------------------------------------------------------------------------------------
 
 
-async def tool_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+def _enter_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     turn_ = _current_turn.get()
     if turn_ is None:
-        return await wrapped(*args, **kwargs)
+        return None
     call_id = kwargs.get("call_id", args[2] if len(args) > 2 else None)
     tool_name = getattr(instance, "name", None) or "tool"
-    try:
-        step = AgentTurn(
-            turn_.envelope.agent,
-            task=turn_.envelope.run,
-            source=SOURCE,
-            attributes={semconv.GEN_AI_TOOL_NAME: to_text(tool_name)},
-        ).as_tool(tool_name, call_id)
-        if call_id is not None:
-            turn_.tool_call_ids.add(call_id)
-    except Exception:
-        HOOK_ERRORS.record("agentchat.tool")
-        return await wrapped(*args, **kwargs)
-    answer = {"kind": StepKind.TOOL, "tool_name": tool_name, "tool_call_id": call_id}
+    step = AgentTurn(
+        turn_.envelope.agent,
+        task=turn_.envelope.run,
+        source=SOURCE,
+        attributes={semconv.GEN_AI_TOOL_NAME: to_text(tool_name)},
+    ).as_tool(tool_name, call_id)
+    if call_id is not None:
+        turn_.tool_call_ids.add(call_id)
     step.activate()
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as error:
-        step.deactivate()
-        step.fail(error)  # a tool error step
-        step.close()
-        raise
+    return (step, instance, tool_name, call_id), args, kwargs
+
+
+def _leave_tool(state: Any, result: Any, error: BaseException | None) -> Any:
+    """The tool's result as its envelope's step, on the message path: a changed result is what the
+    agent gets back (as the text ``return_value_as_string`` makes of it)."""
+    step, instance, tool_name, call_id = state
     step.deactivate()
     try:
-        text = instance.return_value_as_string(result)
-    except Exception:
-        text = to_text(result)
-    step.answer(text, "tool", **answer)
-    step.close()
-    return result
+        if error is not None:
+            step.fail(error)  # a tool error step
+            return None
+        try:
+            text = instance.return_value_as_string(result)
+        except Exception:
+            text = to_text(result)
+        sent = step.answer(
+            text, "tool", kind=StepKind.TOOL, tool_name=tool_name, tool_call_id=call_id, message=result
+        )
+        return result if sent == text else sent
+    finally:
+        step.close()
+
+
+#: ``BaseTool.run_json``: each tool execution (handoff tools included) an envelope step under the turn
+tool_run = Around("agentchat.tool", _enter_tool, _leave_tool).coroutine

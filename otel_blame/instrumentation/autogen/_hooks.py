@@ -22,11 +22,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._interception import MessageInterceptor, OutgoingMessage, current_interceptor
 from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
-from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
+from otel_blame.instrumentation.core import (
+    AgentTurn,
+    TaskRun,
+    current_task,
+    offer_tool_call,
+    record_message,
+    task,
+)
+from otel_blame.instrumentation.interception import current_interceptor
 
 SOURCE = "autogen"
 # an agent's turn whose reply is generated but not yet sent: (turn, when generate_reply returned)
@@ -50,36 +56,13 @@ def forget() -> None:
 def process_message_before_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     processed = wrapped(*args, **kwargs)
     recipient = args[1] if len(args) > 1 else kwargs.get("recipient")
-    interceptor = current_interceptor()
-    if interceptor is not None and not _is_manager_relay(instance, recipient):
-        replaced = _intercepted(interceptor, instance, processed)
-        if replaced is not None:
-            processed = replaced
-    _record_sent(instance, processed, recipient)
-    return processed
-
-
-@guarded("autogen.intercept")
-def _intercepted(interceptor: MessageInterceptor, sender: Any, message: Any) -> Any:
-    """What an installed interceptor (``otel-blame inject``) sends instead of ``message``, or None."""
-    run = current_task()
-    if isinstance(message, Mapping):
-        content = _content_text(message.get("content"))
-        if message.get("tool_responses") or message.get("role") in ("tool", "function"):
-            kind = StepKind.TOOL
-        else:
-            kind = StepKind.CODE_EXECUTION if _is_code_result(sender, content) else StepKind.MESSAGE
-    else:
-        content = to_text(message)
-        kind = StepKind.CODE_EXECUTION if _is_code_result(sender, content) else StepKind.MESSAGE
-    outgoing = OutgoingMessage(
-        agent=to_text(getattr(sender, "name", "agent")),
-        step=run.steps_recorded if run is not None else None,
-        kind=kind.value,
-        text=to_text(content),
-        message=message,
-    )
-    return interceptor(outgoing)
+    if _is_manager_relay(instance, recipient):
+        return processed
+    try:
+        return _send(instance, processed)
+    except Exception:
+        HOOK_ERRORS.record("autogen.send")
+        return processed
 
 
 def _is_manager_relay(sender: Any, recipient: Any) -> bool:
@@ -116,10 +99,9 @@ def _uses_code_execution(agent: Any) -> bool:
     return config is not False and config is not None
 
 
-@guarded("autogen.send")
-def _record_sent(sender: Any, message: Any, recipient: Any) -> None:
-    if _is_manager_relay(sender, recipient):
-        return
+def _send(sender: Any, message: Any) -> Any:
+    """The message on the message path: recorded as the sender's turn's answer (or as a step of its
+    own when no turn is open), returned as it goes out (an interceptor may have changed it)."""
     run = current_task()
     pending = _pending.pop(sender, None)
     turn = pending[0] if pending is not None else None
@@ -127,38 +109,34 @@ def _record_sent(sender: Any, message: Any, recipient: Any) -> None:
         turn.close(pending[1])
         turn = None
     try:
-        _answer(turn, sender, message, run)
+        return _answer(turn, sender, message, run)
     finally:
         if turn is not None:
             turn.close()
 
 
-def _answer(turn: AgentTurn | None, sender: Any, message: Any, run: TaskRun | None) -> None:
-    """The sent message as the sender's turn's answer, or as a step of its own when no turn is open."""
+def _answer(turn: AgentTurn | None, sender: Any, message: Any, run: TaskRun | None) -> Any:
+    """Record the sent message; return it, or a copy with what the interceptor changed."""
 
-    def step(content: Any, role: str = "assistant", **fields: Any) -> None:
+    def step(content: Any, role: str = "assistant", **fields: Any) -> str:
         if turn is not None:
-            turn.answer(content, role, **fields)
-        else:
-            record_message(sender.name, content, role, source=SOURCE, **fields)
+            return turn.answer(content, role, message=message, **fields)
+        return record_message(sender.name, content, role, source=SOURCE, message=message, **fields)
 
     if not isinstance(message, Mapping):
         text = to_text(message)
         kind = StepKind.CODE_EXECUTION if _is_code_result(sender, text) else StepKind.MESSAGE
-        step(text, "assistant", kind=kind)
-        return
+        sent = step(text, "assistant", kind=kind)
+        return message if sent == text else sent
     role = message.get("role") or "assistant"
     content = _content_text(message.get("content"))
-    tool_calls = message.get("tool_calls")
-    if message.get("function_call"):
-        tool_calls = [*(tool_calls or []), {"function": message["function_call"]}]
     tool_responses = message.get("tool_responses")
     if tool_responses or role in ("tool", "function"):
         names = _tool_names.get(run, {}) if run is not None else {}
         call_ids = [to_text(r.get("tool_call_id")) for r in tool_responses or () if isinstance(r, Mapping)]
         tool_name = message.get("name") if role == "function" else None
         tool_name = tool_name or ", ".join(dict.fromkeys(names.get(i, "tool") for i in call_ids)) or "tool"
-        step(
+        sent = step(
             content,
             "tool",
             kind=StepKind.TOOL,
@@ -166,7 +144,11 @@ def _answer(turn: AgentTurn | None, sender: Any, message: Any, run: TaskRun | No
             tool_call_id=", ".join(call_ids) or None,
             is_error=_tool_failed(tool_responses),
         )
-        return
+        return message if content is None or sent == to_text(content) else _with_content(message, sent)
+    message = _with_offered_tool_calls(sender, message, run)
+    tool_calls = message.get("tool_calls")
+    if message.get("function_call"):
+        tool_calls = [*(tool_calls or []), {"function": message["function_call"]}]
     if tool_calls and run is not None:
         names = _tool_names.setdefault(run, {})
         for call in tool_calls:
@@ -174,13 +156,55 @@ def _answer(turn: AgentTurn | None, sender: Any, message: Any, run: TaskRun | No
             if call.get("id") is not None:
                 names[to_text(call["id"])] = to_text(function.get("name"))
     kind = StepKind.CODE_EXECUTION if _is_code_result(sender, content) else StepKind.MESSAGE
-    step(
+    sent = step(
         content if content is not None or not tool_calls else None,
         role,
         kind=kind,
         tool_calls=tool_calls,
         is_error=kind is StepKind.CODE_EXECUTION and not to_text(content).startswith("exitcode: 0"),
     )
+    return message if content is None or sent == to_text(content) else _with_content(message, sent)
+
+
+def _with_content(message: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """A copy of the message dict with its text replaced (a tool result's first response too)."""
+    changed = dict(message)
+    changed["content"] = text
+    responses = changed.get("tool_responses")
+    if isinstance(responses, list) and responses:
+        changed["tool_responses"] = [{**dict(responses[0]), "content": text}, *responses[1:]]
+    return changed
+
+
+def _with_offered_tool_calls(sender: Any, message: Mapping[str, Any], run: TaskRun | None) -> Any:
+    """The message's tool calls offered on the message path before the executor runs them; a copy
+    of the message with the changed arguments / tool names, or the message itself."""
+    calls = message.get("tool_calls")
+    if not calls or current_interceptor() is None:
+        return message
+    replaced = list(calls)
+    for position, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            continue
+        changed = offer_tool_call(
+            getattr(sender, "name", None),
+            to_text(function.get("arguments")),
+            function.get("name"),
+            message=message,
+            source=SOURCE,
+            task=run,
+        )
+        if changed is not None:
+            new_function = {
+                **function,
+                "arguments": changed.text,
+                "name": changed.tool_name or function.get("name"),
+            }
+            replaced[position] = {**call, "function": new_function}
+    if replaced == list(calls):
+        return message
+    return {**message, "tool_calls": replaced}
 
 
 def _is_code_result(sender: Any, content: Any) -> bool:

@@ -3,7 +3,7 @@
 - ``Crew.kickoff`` (``kickoff_async`` and ``kickoff_for_each`` go through it): outside any task, a
   root ``invoke_workflow {crew name}`` with the kickoff's inputs as input and ``CrewOutput.raw`` as
   final output; the app's exception fails the root and passes through unchanged.
-- ``Agent.execute_task``: one agent turn, an :class:`~otel_blame.instrumentation.api.AgentTurn`
+- ``Agent.execute_task``: one agent turn, an :class:`~otel_blame.instrumentation.core.AgentTurn`
   ``invoke_agent {role}`` current for the whole task execution (the agent's model calls and tools
   nest under it) and answered with the agent's final answer. A coworker asked through delegation
   runs ``execute_task`` too: its turn nests under the delegation tool's span.
@@ -19,11 +19,10 @@ import contextvars
 from typing import Any
 
 from otel_blame import semconv
-from otel_blame.instrumentation._messages import to_text
+from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS
-from otel_blame.instrumentation._scope import current_task, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
-from otel_blame.trajectory import StepKind
+from otel_blame.instrumentation._wrapping import Around
+from otel_blame.instrumentation.core import AgentTurn, current_task, offer_tool_call, record_message, task
 
 SOURCE = "crewai"
 TASK_ATTRIBUTE = "otel_blame.crewai.task"
@@ -122,9 +121,10 @@ def execute_task(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             except ValueError:
                 pass
         turn.deactivate()
-    turn.answer(result)
+    text = to_text(result)
+    sent = turn.answer(text, message=result, intercept=isinstance(result, str))
     turn.close()
-    return result
+    return sent if isinstance(result, str) and sent != text else result  # the task's output, as it goes on
 
 
 def _fail_turn(turn: AgentTurn, error: BaseException) -> None:
@@ -146,9 +146,22 @@ def agent_action(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _record_action(turn: AgentTurn, action: Any) -> None:
-    """The model's ``Action:`` as the agent's message: its text and the tool call it asks for."""
+    """The model's ``Action:`` as the agent's message: its text and the tool call it asks for; the
+    call is offered on the message path first, and a change is made on the action CrewAI runs."""
     try:
         tool = getattr(action, "tool", None)
+        if tool:
+            changed = offer_tool_call(
+                turn.agent,
+                to_text(getattr(action, "tool_input", "")),
+                tool,
+                message=action,
+                source=SOURCE,
+                task=turn.run,
+            )
+            if changed is not None:
+                action.tool_input = changed.text
+                action.tool = tool = changed.tool_name or tool
         calls = None
         if tool:
             calls = [{"function": {"name": to_text(tool), "arguments": getattr(action, "tool_input", "")}}]
@@ -159,58 +172,41 @@ def _record_action(turn: AgentTurn, action: Any) -> None:
             tool_calls=calls,
             source=SOURCE,
             task=turn.run,
+            intercept=False,  # what the action does is its tool call, offered above
         )
     except Exception:
         HOOK_ERRORS.record("crewai.action")
 
 
-def _open_tool(instance: Any) -> AgentTurn | None:
+def _enter_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     turn = _current_turn.get()
     if turn is None:
         return None
-    try:
-        tool_name = _name(instance, "name") or "tool"
-        step = AgentTurn(
-            turn.agent, task=turn.run, source=SOURCE, attributes={semconv.GEN_AI_TOOL_NAME: tool_name}
-        ).as_tool(tool_name)
-        step.activate()
-        return step
-    except Exception:
-        HOOK_ERRORS.record("crewai.tool")
-        return None
-
-
-def _close_tool(step: AgentTurn, instance: Any, result: Any, error: BaseException | None) -> None:
-    step.deactivate()
     tool_name = _name(instance, "name") or "tool"
-    if error is not None:
-        step.fail(error)  # a tool step with the error (AgentTurn.fail: the one rule for failed turns)
-    else:
-        step.answer(result, "tool", kind=StepKind.TOOL, tool_name=tool_name)
-    step.close()
+    step = AgentTurn(
+        turn.agent, task=turn.run, source=SOURCE, attributes={semconv.GEN_AI_TOOL_NAME: tool_name}
+    ).as_tool(tool_name)
+    step.activate()
+    return (step, tool_name), args, kwargs
 
 
-def tool_invoke(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    step = _open_tool(instance)
-    if step is None:
-        return wrapped(*args, **kwargs)
+def _leave_tool(state: Any, result: Any, error: BaseException | None) -> Any:
+    """The tool's result as its envelope's step, on the message path: a changed result is what the
+    agent gets back."""
+    step, tool_name = state
+    step.deactivate()
     try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _close_tool(step, instance, None, error)
-        raise
-    _close_tool(step, instance, result, None)
-    return result
+        if error is not None:
+            step.fail(error)  # a tool step with the error (AgentTurn.fail: the one rule for failed turns)
+            return None
+        text = to_text(result)
+        sent = step.answer(text, "tool", kind=StepKind.TOOL, tool_name=tool_name, message=result)
+        return result if sent == text else sent
+    finally:
+        step.close()
 
 
-async def tool_ainvoke(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    step = _open_tool(instance)
-    if step is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as error:
-        _close_tool(step, instance, None, error)
-        raise
-    _close_tool(step, instance, result, None)
-    return result
+#: ``CrewStructuredTool.invoke`` / ``ainvoke``: one ``execute_tool {tool}`` envelope per tool run
+_tool = Around("crewai.tool", _enter_tool, _leave_tool)
+tool_invoke = _tool.sync
+tool_ainvoke = _tool.coroutine

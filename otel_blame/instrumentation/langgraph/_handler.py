@@ -17,15 +17,22 @@ import functools
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import LANGCHAIN_ROLES, StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
-from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
+from otel_blame.instrumentation._wrapping import Around
+from otel_blame.instrumentation.core import (
+    AgentTurn,
+    TaskRun,
+    current_task,
+    offer_tool_call,
+    record_message,
+    task,
+)
 
 SOURCE = "langgraph"
 _ROLES = LANGCHAIN_ROLES
@@ -55,67 +62,32 @@ def _end_node_turn(turn: AgentTurn, error: BaseException | None) -> None:
     turn.close()
 
 
-def node_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """``run_with_retry``: one node's run is a turn, an ``invoke_agent {node}`` envelope span current
-    while the node runs (so the LLM and tool spans of the node nest under it); the node's message
-    becomes the turn's step."""
+def _enter_node(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     turn = _open_node_turn(args[0] if args else kwargs.get("task"))
     if turn is None:
-        return wrapped(*args, **kwargs)
+        return None
     token = _node_turn.set(turn)
     turn.activate()
+    return (turn, token), args, kwargs
+
+
+def _leave_node(state: Any, result: Any, error: BaseException | None) -> Any:
+    turn, token = state
     try:
-        result = wrapped(*args, **kwargs)
-    except BaseException as error:
-        turn.deactivate()
-        _end_node_turn(turn, error)
-        raise
-    finally:
         _node_turn.reset(token)
+    except ValueError:
+        pass  # reset in another context than set: nothing to restore
     turn.deactivate()
-    _end_node_turn(turn, None)
+    _end_node_turn(turn, error)
     return result
 
 
-async def anode_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """``arun_with_retry``: as :func:`node_run`, for async graph runs."""
-    turn = _open_node_turn(args[0] if args else kwargs.get("task"))
-    if turn is None:
-        return await wrapped(*args, **kwargs)
-    token = _node_turn.set(turn)
-    turn.activate()
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as error:
-        turn.deactivate()
-        _end_node_turn(turn, error)
-        raise
-    finally:
-        _node_turn.reset(token)
-    turn.deactivate()
-    _end_node_turn(turn, None)
-    return result
-
-
-def _unbound(wrapped: Any) -> Any:
-    """The bound method wrapt hands us, called like the plain function ``(graph, *args)``."""
-    return lambda _graph, *args, **kwargs: wrapped(*args, **kwargs)
-
-
-def invoke(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return _wrap_invoke(_unbound(wrapped))(instance, *args, **kwargs)
-
-
-def ainvoke(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return _wrap_ainvoke(_unbound(wrapped))(instance, *args, **kwargs)
-
-
-def stream(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return _wrap_stream(_unbound(wrapped))(instance, *args, **kwargs)
-
-
-def astream(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return _wrap_astream(_unbound(wrapped))(instance, *args, **kwargs)
+#: ``run_with_retry`` / ``arun_with_retry``: one node's run is a turn, an ``invoke_agent {node}``
+#: envelope span current while the node runs (so the LLM and tool spans of the node nest under it);
+#: the node's message becomes the turn's step
+_node = Around("langgraph.node_turn", _enter_node, _leave_node)
+node_run = _node.sync
+anode_run = _node.coroutine
 
 
 # -- the wrappers: one handler per graph run, a task root when none is open ---------------------
@@ -210,78 +182,26 @@ def _replace_config(args: tuple[Any, ...], kwargs: dict[str, Any], config: Any) 
     return args, {**kwargs, "config": config}
 
 
-def _wrap_invoke(original: Any) -> Any:
-    def invoke(self: Any, *args: Any, **kwargs: Any) -> Any:
-        opened = _open(self, *_split_config(args, kwargs))
-        if opened is None:
-            return original(self, *args, **kwargs)
-        scope, config = opened
-        args, kwargs = _replace_config(args, kwargs, config)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as exc:
-            _close(scope, exc)
-            raise
-        _close(scope, None)
-        return result
-
-    return invoke
+def _enter_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    opened = _open(instance, *_split_config(args, kwargs))
+    if opened is None:
+        return None
+    scope, config = opened
+    args, kwargs = _replace_config(args, kwargs, config)
+    return scope, args, kwargs
 
 
-def _wrap_ainvoke(original: Any) -> Any:
-    async def ainvoke(self: Any, *args: Any, **kwargs: Any) -> Any:
-        opened = _open(self, *_split_config(args, kwargs))
-        if opened is None:
-            return await original(self, *args, **kwargs)
-        scope, config = opened
-        args, kwargs = _replace_config(args, kwargs, config)
-        try:
-            result = await original(self, *args, **kwargs)
-        except BaseException as exc:
-            _close(scope, exc)
-            raise
-        _close(scope, None)
-        return result
-
-    return ainvoke
+def _leave_run(scope: _Scope, result: Any, error: BaseException | None) -> Any:
+    _close(scope, error)
+    return result
 
 
-def _wrap_stream(original: Any) -> Any:
-    def stream(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        opened = _open(self, *_split_config(args, kwargs))
-        if opened is None:
-            yield from original(self, *args, **kwargs)
-            return
-        scope, config = opened
-        args, kwargs = _replace_config(args, kwargs, config)
-        try:
-            yield from original(self, *args, **kwargs)
-        except BaseException as exc:
-            _close(scope, None if isinstance(exc, GeneratorExit) else exc)
-            raise
-        _close(scope, None)
-
-    return stream
-
-
-def _wrap_astream(original: Any) -> Any:
-    async def astream(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        opened = _open(self, *_split_config(args, kwargs))
-        if opened is None:
-            async for chunk in original(self, *args, **kwargs):
-                yield chunk
-            return
-        scope, config = opened
-        args, kwargs = _replace_config(args, kwargs, config)
-        try:
-            async for chunk in original(self, *args, **kwargs):
-                yield chunk
-        except BaseException as exc:
-            _close(scope, None if isinstance(exc, GeneratorExit) else exc)
-            raise
-        _close(scope, None)
-
-    return astream
+#: ``Pregel.invoke`` / ``ainvoke`` / ``stream`` / ``astream``: one handler per graph run
+_run = Around("langgraph.run", _enter_run, _leave_run)
+invoke = _run.sync
+ainvoke = _run.coroutine
+stream = _run.generator
+astream = _run.async_generator
 
 
 # -- the callback handler: node outputs and tool results become steps -------------------------
@@ -381,6 +301,7 @@ class _HandlerMixin:
                 start_time_ns=node.started_ns,
                 source=SOURCE,
                 task=self.run,
+                intercept=False,  # a state update of its own shape: recorded as it is
             )
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -401,6 +322,7 @@ class _HandlerMixin:
             start_time_ns=node.started_ns,
             source=SOURCE,
             task=self.run,
+            intercept=False,
         )
 
     # tools --------------------------------------------------------------------------------------
@@ -436,9 +358,11 @@ class _HandlerMixin:
             with self._lock:
                 self._recorded_tool_calls.add(call_id)
             self._remember(output)
-        self._step(
+        text = _text(output)
+        applicable = isinstance(getattr(output, "content", None), str) and text == output.content
+        sent = self._step(
             node.name if node is not None else tool_name,
-            _text(output),
+            text,
             "tool",
             kind=StepKind.TOOL,
             tool_name=getattr(output, "name", None) or tool_name,
@@ -447,7 +371,11 @@ class _HandlerMixin:
             start_time_ns=started,
             source=SOURCE,
             task=self.run,
+            message=output,
+            intercept=applicable,  # a ToolMessage the ToolNode passes on: changed in place
         )
+        if applicable and sent != text:
+            output.content = sent
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         # The error reaches the node: ToolNode turns it into an error ToolMessage (a step from the
@@ -457,16 +385,40 @@ class _HandlerMixin:
             self._tools.pop(run_id, None)
 
     # internals ----------------------------------------------------------------------------------
-    def _step(self, agent: str, content: Any, role: str = "assistant", **fields: Any) -> None:
-        """A step: the answer of the running node's turn when it is this agent's, else a span of its own."""
+    def _step(self, agent: str, content: Any, role: str = "assistant", **fields: Any) -> str:
+        """A step: the answer of the running node's turn when it is this agent's, else a span of its
+        own; returns its text as it goes out (the message path)."""
         turn = _node_turn.get()
         if turn is not None and not turn.answered and turn.run is self.run:
             fields.pop("start_time_ns", None)
             fields.pop("source", None)
             fields.pop("task", None)
-            turn.answer(content, role, agent=agent, **fields)
-            return
-        record_message(agent, content, role, **fields)
+            return turn.answer(content, role, agent=agent, **fields)
+        return record_message(agent, content, role, **fields)
+
+    def _offer_tool_calls(self, agent: str, message: Any) -> None:
+        """An AI message's tool calls on the message path before the ToolNode runs them: the node's
+        message objects are what the graph's state keeps, so a change made on them reaches the tool."""
+        for call in getattr(message, "tool_calls", None) or ():
+            if not isinstance(call, dict):
+                continue
+            changed = offer_tool_call(
+                agent,
+                _plain(call.get("args", {})),
+                call.get("name"),
+                message=message,
+                source=SOURCE,
+                task=self.run,
+            )
+            if changed is None:
+                continue
+            try:
+                arguments = json.loads(changed.text)
+            except ValueError:
+                arguments = None
+            if isinstance(arguments, dict):
+                call["args"] = arguments
+            call["name"] = changed.tool_name or call.get("name")
 
     def _enclosing_node(self, run_id: UUID | None) -> _Node | None:
         """The nearest node run at or above ``run_id`` (caller holds the lock)."""
@@ -510,9 +462,15 @@ class _HandlerMixin:
             return
         name = getattr(message, "name", None)
         agent = name if isinstance(name, str) and name and role != "tool" else node_name
+        outgoing = default_role == "assistant"  # a node's output; the graph's input is already in
+        if outgoing:
+            self._offer_tool_calls(agent, message)
         calls = _tool_calls(message)
         text = _text(message)
-        self._step(
+        applicable = (
+            outgoing and isinstance(getattr(message, "content", None), str) and text == message.content
+        )
+        sent = self._step(
             agent,
             text if text or not calls else None,
             role,
@@ -524,7 +482,11 @@ class _HandlerMixin:
             start_time_ns=started,
             source=SOURCE,
             task=self.run,
+            message=message,
+            intercept=applicable,
         )
+        if applicable and text and sent != text:
+            message.content = sent  # the next node reads the graph's state: the same message object
 
     def _note_final_output(self, outputs: Any) -> None:
         run = self.run

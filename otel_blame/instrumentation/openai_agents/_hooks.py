@@ -28,8 +28,14 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, name_of, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
-from otel_blame.instrumentation._scope import TaskRun, current_task, task
-from otel_blame.instrumentation.api import AgentTurn, record_message
+from otel_blame.instrumentation.core import (
+    AgentTurn,
+    TaskRun,
+    current_task,
+    offer_tool_call,
+    record_message,
+    task,
+)
 
 SOURCE = "openai_agents"
 # the agent turn (one model call and the tools it asked for) the running code is inside
@@ -45,6 +51,8 @@ FAILURE_FORMATTER_MODULES = ("agents.tool", "agents.run_internal.tool_execution"
 FAILURE_FORMATTER = "maybe_invoke_function_tool_failure_error_function"
 # a function tool's context -> the type of the exception the SDK turned into the tool's result
 _failed_tools: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+# a tool envelope (by id) -> the result text an interceptor put in place of the tool's own
+_changed_results: dict[int, str] = {}
 # the task whose run encloses the running code (None: no run yet, this is the outermost)
 _enclosing_run: contextvars.ContextVar[TaskRun | None] = contextvars.ContextVar(
     "otel_blame_openai_agents_enclosing_run", default=None
@@ -109,9 +117,11 @@ async def tool_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     token = _tool_turn.set(step)
     try:
         with step:  # a tool that raises (no failure formatter) is a tool error step: AgentTurn.fail
-            return await wrapped(*args, **kwargs)
+            result = await wrapped(*args, **kwargs)
     finally:
         _tool_turn.reset(token)
+        changed = _changed_results.pop(id(step), None)
+    return result if changed is None else changed  # the model gets what the interceptor made of it
 
 
 def _open_turn(agent: Any) -> AgentTurn | None:
@@ -304,12 +314,13 @@ class _StepRecorder:
     @guarded("openai_agents.input")
     def record_input(self, input: Any) -> None:  # noqa: A002
         if isinstance(input, str):
-            record_message("user", input, "user", task=self.run, source=SOURCE)
+            record_message("user", input, "user", task=self.run, source=SOURCE, intercept=False)
             return
         for item in input if isinstance(input, list) else ():
             role = _field(item, "role")
             if role in ("user", "system", "developer"):
-                record_message(role, _text_of(_field(item, "content")), role, task=self.run, source=SOURCE)
+                text = _text_of(_field(item, "content"))
+                record_message(role, text, role, task=self.run, source=SOURCE, intercept=False)
 
     @guarded("openai_agents.llm_start")
     def on_llm_start(self, context: Any, agent: Any, *args: Any, **kwargs: Any) -> None:
@@ -327,6 +338,7 @@ class _StepRecorder:
             if kind == "message":
                 texts.append(_text_of(_field(item, "content")))
             elif kind == "function_call":
+                self._offer_call(agent, item, response)
                 call_id = _field(item, "call_id") or _field(item, "id")
                 name = to_text(_field(item, "name"))
                 arguments = _field(item, "arguments")
@@ -339,20 +351,44 @@ class _StepRecorder:
         turn = _turn.get()
         if turn is not None and not turn.answered and turn.run is self.run and turn.agent == _name_of(agent):
             # the response is the answer of the turn enclosing this model call (its envelope span)
-            turn.answer(
-                content, "assistant", tool_calls=calls or None, attributes=_usage_attributes(response, agent)
+            sent = turn.answer(
+                content,
+                "assistant",
+                tool_calls=calls or None,
+                attributes=_usage_attributes(response, agent),
+                message=response,
             )
-            return
-        record_message(
+        else:
+            sent = record_message(
+                _name_of(agent),
+                content,
+                "assistant",
+                tool_calls=calls or None,
+                start_time_ns=started,
+                attributes=_usage_attributes(response, agent),
+                source=SOURCE,
+                task=self.run,
+                message=response,
+            )
+        if content is not None and sent != content:
+            _replace_text(response, sent)
+
+    def _offer_call(self, agent: Any, item: Any, response: Any) -> None:
+        """A function call (a hand-off's too) on the message path before the runner acts on it."""
+        name = to_text(_field(item, "name"))
+        handoff = any(getattr(h, "tool_name", None) == name for h in getattr(agent, "handoffs", None) or ())
+        changed = offer_tool_call(
             _name_of(agent),
-            content,
-            "assistant",
-            tool_calls=calls or None,
-            start_time_ns=started,
-            attributes=_usage_attributes(response, agent),
+            to_text(_field(item, "arguments")),
+            name,
+            message=response,
             source=SOURCE,
             task=self.run,
+            handoff=handoff,
         )
+        if changed is not None:
+            item.arguments = changed.text
+            item.name = changed.tool_name or name
 
     @guarded("openai_agents.tool_start")
     def on_tool_start(self, context: Any, agent: Any, tool: Any, *args: Any, **kwargs: Any) -> None:
@@ -372,16 +408,21 @@ class _StepRecorder:
         attributes = {semconv.ERROR_TYPE: error_type} if error_type else None
         envelope = _tool_turn.get()
         if envelope is not None and not envelope.answered and envelope.run is self.run:
-            # the result is the answer of the tool's own envelope span (opened where the tool started)
-            envelope.answer(
-                result,
+            # the result is the answer of the tool's own envelope span (opened where the tool started);
+            # the envelope's wrapper hands the model what an interceptor made of it
+            text = to_text(result)
+            sent = envelope.answer(
+                text,
                 "tool",
                 kind=StepKind.TOOL,
                 tool_name=tool_name,
                 tool_call_id=tool_call_id,
                 is_error=error_type is not None,
                 attributes=attributes,
+                message=result,
             )
+            if sent != text:
+                _changed_results[id(envelope)] = sent
             return
         record_message(
             _name_of(agent),
@@ -395,6 +436,7 @@ class _StepRecorder:
             attributes=attributes,
             source=SOURCE,
             task=self.run,
+            intercept=False,  # no envelope to hand a change to the model: recorded as it is
         )
 
     @guarded("openai_agents.handoff")
@@ -411,7 +453,24 @@ class _StepRecorder:
             tool_call_id=call_id,
             source=SOURCE,
             task=self.run,
+            intercept=False,  # the hand-off was offered as the model's call (kind handoff)
         )
+
+
+def _replace_text(response: Any, text: str) -> None:
+    """The response's text parts changed to ``text`` (in the first part; the others emptied)."""
+    first = True
+    for item in getattr(response, "output", None) or ():
+        if _field(item, "type") != "message":
+            continue
+        for part in _field(item, "content") or ():
+            if _field(part, "text") is None:
+                continue
+            value, first = (text if first else ""), False
+            if isinstance(part, dict):
+                part["text"] = value
+            else:
+                part.text = value
 
 
 def _tool_key(context: Any, tool: Any) -> Any:
