@@ -13,7 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import random
+import secrets
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -22,14 +26,16 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from otel_blame.inject.faults import FAULT_KINDS, FaultKind, applies
+from otel_blame.inject.injector import SeenMessage, situations
 from otel_blame.inject.report import Baseline, Fault, Prediction, RunRecord, RunStatus
-from otel_blame.inject.worker import WorkerSetup, worker_main
+from otel_blame.inject.worker import WORKER_AUTHKEY_VARIABLE, WorkerSetup, worker_main
 
 SERVICE_NAME = "otel-blame-inject"
 STARTUP_TIMEOUT = 120.0
@@ -56,6 +62,29 @@ class CampaignSettings:
     method: str | None = None  # attribution.method for the in-process processor
     quiet_period: float = 0.3
     log_path: Path | None = None
+    python: str | None = None  # the app process's interpreter (None: this one; zoo apps: their environment's)
+
+
+def resolve_app(app: str) -> tuple[str, str | None]:
+    """``--app`` -> (``module:function`` the worker imports, the interpreter to run it with)."""
+    from otel_blame.inject import zoo
+
+    if not zoo.is_zoo_reference(app):
+        return app, None
+    try:
+        entry = zoo.get_app(app)
+    except zoo.UnknownApp as error:
+        raise CampaignError(str(error.args[0])) from None
+    if not zoo.module_present(entry):
+        raise CampaignError(f"--app {app}: its module {entry.module} is not in this installation")
+    python = zoo.interpreter_for(entry)
+    if python is None:
+        variable, folder = zoo.ENVIRONMENTS.get(entry.environment, ("", ""))
+        raise CampaignError(
+            f"--app {app} runs in the {entry.environment!r} environment: create {folder} "
+            f"(make test-crewai does) or set {variable} to its python"
+        )
+    return entry.reference, python
 
 
 @dataclass
@@ -69,25 +98,38 @@ class Plan:
     """Which targets each fault kind can hit, read from the clean baseline run."""
 
     targets: dict[FaultKind, list[Target]] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()  # the tools the clean run called
 
     @classmethod
     def from_seen(
         cls, seen: Sequence[Sequence[Any]], faults: Sequence[FaultKind], agent: str | None, step: int | None
     ) -> Plan:
-        indexed = [m for m in seen if m[1] is not None]
-        last = max((m[1] for m in indexed), default=-1)
+        messages = [SeenMessage(*m) for m in seen]
+        where = situations(messages)
+        tools = where[-1].tools if where else ()
+        indexed = [(m, s) for m, s in zip(messages, where, strict=True) if m.step is not None]
+        last = max((m.step for m, _ in indexed if m.step is not None), default=-1)
         targets: dict[FaultKind, list[Target]] = {}
         for kind in faults:
             found = [
-                Target(m[0], m[1])
-                for m in indexed
-                if (agent is None or m[0] == agent)
-                and (step is None or m[1] == step)
-                and applies(kind, m[3], m[2], last=m[1] == last)
+                Target(m.agent, m.step)
+                for m, situation in indexed
+                if m.step is not None
+                and (agent is None or m.agent == agent)
+                and (step is None or m.step == step)
+                and applies(
+                    kind,
+                    m.text,
+                    m.kind,
+                    last=m.step == last,
+                    tool_name=m.tool_name,
+                    tools=tools,
+                    after_error=situation.after_error,
+                )
             ]
             if found:
                 targets[kind] = found
-        return cls(targets)
+        return cls(targets, tools)
 
     def draw(self, rng: random.Random) -> tuple[FaultKind, Target] | None:
         if not self.targets:
@@ -108,15 +150,25 @@ class RunTimedOut(Exception):
 
 
 class Worker:
-    """One app process; ``run`` answers within ``timeout`` or the process is killed."""
+    """One app process; ``run`` answers within ``timeout`` or the process is killed.
 
-    def __init__(self, setup: WorkerSetup) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._connection, child = context.Pipe()
-        # not a daemon: an app may start processes of its own; stop() and kill() end it in every case
-        self._process = context.Process(target=worker_main, args=(child, setup), daemon=False)
-        self._process.start()
-        child.close()
+    With ``python`` (another environment's interpreter, e.g. CrewAI's virtualenv) the process is that
+    interpreter running :mod:`otel_blame.inject.worker`, connected back over an authenticated
+    loopback socket; otherwise a ``spawn`` child of this interpreter. Both speak the same pipe
+    protocol.
+    """
+
+    def __init__(self, setup: WorkerSetup, python: str | None = None) -> None:
+        self._process: Any
+        if python and python != sys.executable:
+            self._connection = self._start_external(setup, python)
+        else:
+            context = multiprocessing.get_context("spawn")
+            self._connection, child = context.Pipe()
+            # not a daemon: an app may start processes of its own; stop() and kill() end it in every case
+            self._process = context.Process(target=worker_main, args=(child, setup), daemon=False)
+            self._process.start()
+            child.close()
         if not self._connection.poll(STARTUP_TIMEOUT):
             self.kill()
             raise CampaignError(f"the app process did not start within {STARTUP_TIMEOUT:g} s")
@@ -124,12 +176,61 @@ class Worker:
             hello = self._connection.recv()
         except EOFError:
             self.kill()
-            code = self._process.exitcode
+            code = self.exitcode
             raise CampaignError(f"the app process exited while starting (exit code {code})") from None
         if not hello.get("ready"):
             self.kill()
             raise CampaignError(hello.get("error") or "the app process could not start")
         self.pass_seed = bool(hello.get("pass_seed"))
+
+    def _start_external(self, setup: WorkerSetup, python: str) -> Any:
+        authkey = secrets.token_bytes(16)
+        listener = Listener(("127.0.0.1", 0), authkey=authkey)
+        host, port = listener.address
+        import otel_blame
+
+        source_root = str(Path(otel_blame.__file__).resolve().parents[1])
+        environ = {**os.environ, WORKER_AUTHKEY_VARIABLE: authkey.hex()}
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, environ.get("PYTHONPATH")) if p)
+        try:
+            self._process = subprocess.Popen(
+                [python, "-m", "otel_blame.inject.worker", f"{host}:{port}"],
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as error:
+            listener.close()
+            raise CampaignError(f"cannot start {python}: {error}") from None
+        accepted: list[Any] = []
+        thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
+        thread.start()
+        thread.join(STARTUP_TIMEOUT)
+        listener.close()
+        if not accepted:
+            self._process.kill()
+            raise CampaignError(f"the app process ({python}) did not connect within {STARTUP_TIMEOUT:g} s")
+        connection = accepted[0]
+        connection.send(setup)
+        return connection
+
+    @property
+    def exitcode(self) -> int | None:
+        process = self._process
+        return process.exitcode if hasattr(process, "exitcode") else process.poll()
+
+    def _alive(self) -> bool:
+        process = self._process
+        return process.is_alive() if hasattr(process, "is_alive") else process.poll() is None
+
+    def _join(self, timeout: float) -> None:
+        process = self._process
+        if hasattr(process, "join"):
+            process.join(timeout)
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout)
 
     def run(self, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
@@ -139,20 +240,20 @@ class Worker:
                 return self._connection.recv()
         except (EOFError, OSError) as error:
             self.kill()
-            raise WorkerGone(f"the app process died (exit code {self._process.exitcode})") from error
+            raise WorkerGone(f"the app process died (exit code {self.exitcode})") from error
         self.kill()
         raise RunTimedOut
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self._connection.send(None)
-        self._process.join(10)
+        self._join(10)
         self.kill()
 
     def kill(self) -> None:
-        if self._process.is_alive():
+        if self._alive():
             self._process.kill()
-            self._process.join(5)
+            self._join(5)
         self._connection.close()
 
 
@@ -336,12 +437,12 @@ class Campaign:
         self.progress = progress
 
     @contextlib.contextmanager
-    def _workers(self, setup: WorkerSetup) -> Iterator[Callable[[], Worker]]:
+    def _workers(self, setup: WorkerSetup, python: str | None) -> Iterator[Callable[[], Worker]]:
         current: list[Worker] = []
 
         def get() -> Worker:
             if not current:
-                current.append(Worker(setup))
+                current.append(Worker(setup, python))
             return current[0]
 
         def drop() -> None:
@@ -367,18 +468,19 @@ class Campaign:
 
     def run(self) -> CampaignResult:
         settings = self.settings
+        reference, python = resolve_app(settings.app)
         source: VerdictSource = (
             RemoteProcessor(settings) if settings.endpoint else InProcessProcessor(settings)
         )
         try:
             setup = WorkerSetup(
-                app=settings.app,
+                app=reference,
                 endpoint=source.endpoint,
                 service_name=SERVICE_NAME,
                 log_path=str(settings.log_path) if settings.log_path else None,
                 token=settings.token,
             )
-            with self._workers(setup) as get:
+            with self._workers(setup, settings.python or python) as get:
                 return self._campaign(get, source)
         finally:
             source.close()
@@ -386,8 +488,9 @@ class Campaign:
     def _campaign(self, get: Callable[[], Worker], source: VerdictSource) -> CampaignResult:
         settings = self.settings
         clean = self._run(get, {"index": -1, "app_seed": settings.seed, "fault": None})
+        status = _status_of(clean, planted=False, clean=True)
         baseline = Baseline(
-            status=_status_of(clean, planted=False, clean=True),
+            status=RunStatus.CLEAN_FAILED if status is RunStatus.FAILED else status,
             outcome=clean.get("outcome"),
             error=clean.get("error") or ("timed out" if clean.get("timeout") else None),
             steps=_recorded_steps(clean),
@@ -420,6 +523,7 @@ class Campaign:
                     "step": target.step,
                     "seed": fault_seed,
                     "exact": settings.step is not None,  # --step fixes the step; else the first fit
+                    "tools": list(plan.tools),
                 }
             answer = self._run(get, spec)
             planted = answer.get("planted")
@@ -428,9 +532,7 @@ class Campaign:
                 app_seed=app_seed,
                 status=_status_of(answer, planted=planted is not None, clean=clean_run),
                 planned=planned,
-                fault=Fault(**{k: planted[k] for k in ("kind", "agent", "step", "description")})
-                if planted
-                else None,
+                fault=_truth(planted, answer.get("declared")),
                 trace_id=answer.get("trace_id"),
                 outcome=answer.get("outcome"),
                 error=answer.get("error")
@@ -463,6 +565,15 @@ class Campaign:
             self.progress(record)
 
 
+def _truth(planted: Mapping[str, Any] | None, declared: Mapping[str, Any] | None) -> Fault | None:
+    """The run's ground truth: the planted fault, else a dependency failure the app declared."""
+    if planted:
+        return Fault(**{k: planted[k] for k in ("kind", "agent", "step", "description")})
+    if declared:
+        return Fault(**{k: declared[k] for k in ("kind", "agent", "step", "description", "dependency")})
+    return None
+
+
 def _recorded_steps(answer: Mapping[str, Any]) -> list[list[Any]]:
     """[agent, step, kind] of every step the run recorded (what the processor attributes)."""
     trajectory = answer.get("trajectory") or {}
@@ -477,6 +588,8 @@ def _status_of(answer: Mapping[str, Any], *, planted: bool, clean: bool = False)
     if answer.get("trace_id") is None:
         return RunStatus.NO_TRACE
     failed = answer.get("outcome") == "failure"
+    if failed and answer.get("declared"):  # the app's flaky dependency failed the run
+        return RunStatus.CONFOUNDED if planted else RunStatus.FAILED
     if clean:
         return RunStatus.CLEAN_FAILED if failed else RunStatus.CLEAN_PASSED
     if not planted:

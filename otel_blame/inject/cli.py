@@ -81,13 +81,54 @@ def render_terminal(report: object, console: object) -> None:
         print_(f"[yellow]note:[/yellow] {problem}")
 
 
+def _list_apps(as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from otel_blame.inject import zoo
+
+    rows = [
+        {
+            "name": app.name,
+            "framework": app.framework,
+            "shape": app.shape,
+            "environment": app.environment,
+            "status": zoo.availability(app),
+        }
+        for app in zoo.APPS
+    ]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    table = Table(
+        title=f"the app zoo (otel-blame inject --app zoo:NAME); this environment: {zoo.current_environment()}"
+    )
+    for column in ("name", "framework", "shape", "environment", "status"):
+        table.add_column(column, overflow="fold")
+    styles = {"ready": "green", "other env": "cyan", "no env": "yellow", "missing": "red"}
+    for row in rows:
+        status = row["status"]
+        table.add_row(
+            *(row[c] for c in ("name", "framework", "shape", "environment")), f"[{styles[status]}]{status}[/]"
+        )
+    Console().print(table)
+    Console().print(
+        "status: ready = runs here; other env = runs through that environment's python; "
+        "no env = that environment is not installed; missing = its module is not in this installation"
+    )
+
+
 @click.command("inject")
 @click.option(
     "--app",
     "app",
     default="demo",
     show_default=True,
-    help="The app: an importable module:function that runs one task, or 'demo' (the built-in AG2 app).",
+    help="The app: an importable module:function that runs one task, 'demo' (the built-in AG2 app), "
+    "or zoo:NAME (an app of the zoo: see --list-apps).",
+)
+@click.option(
+    "--list-apps", is_flag=True, help="List the zoo's apps (name, framework, shape, environment) and exit."
 )
 @click.option(
     "--runs",
@@ -187,16 +228,21 @@ def inject_command(
     calibration_target: str,
     app_log: Path | None,
     as_json: bool,
+    list_apps: bool,
 ) -> None:
     """Run an instrumented app N times, plant one fault per run, and score the blame it gets."""
     import logging
+
+    if list_apps:
+        _list_apps(as_json)
+        return
 
     from rich.console import Console
 
     from otel_blame.inject.campaign import Campaign, CampaignError, CampaignSettings
     from otel_blame.inject.report import RunRecord, build_report
 
-    if app == "demo" and importlib.util.find_spec("autogen") is None:
+    if app in ("demo", "zoo:demo") and importlib.util.find_spec("autogen") is None:
         raise click.ClickException("the demo app is an AG2 group chat: pip install 'otel-blame[autogen]'")
     if endpoint and (processor_config or method):
         raise click.UsageError(

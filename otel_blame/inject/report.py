@@ -28,6 +28,9 @@ class RunStatus(StrEnum):
     TIMEOUT = "timeout"  # the run hung and was ended
     CLEAN_PASSED = "clean_passed"  # a run without a fault that passed
     CLEAN_FAILED = "clean_failed"  # a run without a fault that failed
+    CONFOUNDED = (
+        "confounded"  # a planted fault and a failure the app declared (a flaky dependency): not scored
+    )
 
 
 class _Model(BaseModel):
@@ -35,10 +38,11 @@ class _Model(BaseModel):
 
 
 class Fault(_Model):
-    kind: str
+    kind: str  # a fault kind, or "dependency" for a failure the app declared (inject.truth)
     agent: str
     step: int
     description: str = ""
+    dependency: str | None = None  # the failing dependency, for kind "dependency"
 
 
 class Prediction(_Model):
@@ -204,6 +208,11 @@ def _problems(records: Sequence[RunRecord], baseline: Baseline, scored: int) -> 
     if counts[RunStatus.NO_BLAME]:
         problems.append(
             f"{counts[RunStatus.NO_BLAME]} failed run(s) got no verdict from the processor in time"
+        )
+    if counts[RunStatus.CONFOUNDED]:
+        problems.append(
+            f"{counts[RunStatus.CONFOUNDED]} run(s) with a planted fault also hit a failure the app declared "
+            "(a flaky dependency): two causes, so not scored"
         )
     if counts[RunStatus.NO_TRACE]:
         problems.append(f"{counts[RunStatus.NO_TRACE]} run(s) recorded no task")

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from otel_blame import semconv as sc
 
 DEMO_APP = "otel_blame.inject.demo_app:run_task"
+WORKER_AUTHKEY_VARIABLE = "OTEL_BLAME_INJECT_AUTHKEY"
 
 
 class AppLoadError(Exception):
@@ -136,14 +137,23 @@ def _describe(error: BaseException) -> str:
 def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans: RunSpans) -> dict[str, Any]:
     from otel_blame.inject.faults import FaultKind
     from otel_blame.inject.injector import FaultPlan, Injector
+    from otel_blame.inject.truth import take_declared
     from otel_blame.instrumentation._interception import intercept_messages
 
     fault = spec.get("fault")
     plan = None
     if fault:
         kind = FaultKind(fault["kind"])
-        plan = FaultPlan(kind, fault["agent"], fault["step"], fault["seed"], bool(fault.get("exact")))
+        plan = FaultPlan(
+            kind,
+            fault["agent"],
+            fault["step"],
+            fault["seed"],
+            bool(fault.get("exact")),
+            tuple(fault.get("tools") or ()),
+        )
     injector = Injector(plan)
+    take_declared()  # a declaration left by an earlier run that ended abnormally is not this run's
     error: str | None = None
     with intercept_messages(injector):
         try:
@@ -155,6 +165,7 @@ def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans:
             if isinstance(raised, KeyboardInterrupt):
                 raise
             error = _describe(raised)
+    declared = take_declared()
     provider.force_flush()
     by_trace = spans.take()
     roots = [(trace_id, _root_of(trace_spans)) for trace_id, trace_spans in by_trace.items()]
@@ -171,7 +182,8 @@ def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans:
         "traces": len(roots),
         "outcome": outcome,
         "planted": injector.planted.to_dict() if injector.planted else None,
-        "seen": [[m.agent, m.step, m.kind, m.text] for m in injector.seen],
+        "declared": declared[0].to_dict() if declared else None,
+        "seen": [[m.agent, m.step, m.kind, m.text, m.tool_name] for m in injector.seen],
         "trajectory": trajectory,
     }
 
@@ -218,3 +230,19 @@ def worker_main(connection: Any, setup: WorkerSetup) -> None:
     finally:
         provider.shutdown()
         log.flush()
+
+
+def main(argv: list[str]) -> None:
+    """``python -m otel_blame.inject.worker HOST:PORT``: a worker in another environment's interpreter
+    (CrewAI's virtualenv), connected back to the campaign that started it."""
+    from multiprocessing.connection import Client
+
+    host, _, port = argv[0].rpartition(":")
+    authkey = bytes.fromhex(os.environ.pop(WORKER_AUTHKEY_VARIABLE))
+    connection = Client((host, int(port)), authkey=authkey)
+    setup = connection.recv()
+    worker_main(connection, setup)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
