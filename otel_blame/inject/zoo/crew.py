@@ -11,6 +11,14 @@ it back once when they disagree: a writer's slip is caught and the run is ``mask
 it. Every reply of the scripted LLM (:class:`CrewScript`) is computed from the prompt CrewAI
 builds for that agent, so a planted fault really changes what the crew does next.
 
+What the message path offers here: each agent's final answer (a coworker's answer is what the
+delegation tool returns to the manager), each tool call before it runs (the manager's delegations
+included: a changed coworker, task or context), and each tool result. The ReAct action texts are
+recorded but not offered (their effect is the tool call). Not in :data:`FAULTS`: ``terminate``
+(CrewAI has no stop word), ``skipped_policy_step`` (the policy travels in the manager's delegation
+arguments, which only ``wrong_tool_argument`` changes), ``fabricated_fact`` (no identifiers or
+dates in the messages) and ``ignored_tool_error`` (no tool fails in a clean run).
+
 CrewAI lives in its own environment (``.venv-crewai``); telemetry is switched off before import.
 A clean run is 15 steps; region, quarter and every ledger figure are drawn from the seed.
 """
@@ -21,13 +29,13 @@ import json
 import os
 import random
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from otel_blame.demo.scripted_llm import Reply
 from otel_blame.inject.demo_app import apply_corrections
+from otel_blame.inject.zoo._resources import AppResources
 from otel_blame.inject.zoo._sales_ledger import (
     INTERCOMPANY,
     QUARTERS,
@@ -46,6 +54,10 @@ FAULTS: tuple[str, ...] = (
     "contradict_instruction",
     "tool_error",
     "wrong_tool_result",
+    "wrong_tool_argument",
+    "wrong_tool",
+    "premature_handoff",
+    "lost_context",
 )
 MANAGER = "Head of Sales Operations"
 ANALYST = "Revenue Analyst"
@@ -400,26 +412,7 @@ class CrewScript:
 # --- the app --------------------------------------------------------------------------------------
 
 
-class _ScriptedServer:
-    """One scripted LLM per process, started on first use (stopped at exit)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._llm: Any = None
-
-    def base_url(self) -> str:
-        with self._lock:
-            if self._llm is None:
-                import atexit
-
-                from otel_blame.demo.scripted_llm import ScriptedLLM
-
-                self._llm = ScriptedLLM(CrewScript()).start()
-                atexit.register(self._llm.stop)
-            return str(self._llm.base_url)
-
-
-_SERVER = _ScriptedServer()
+_RESOURCES = AppResources(CrewScript(), prefix="otel-blame-zoo-crew-")
 
 
 def build_crew(base_url: str, brief: Brief) -> Any:
@@ -490,8 +483,9 @@ def run_task(seed: int = 0) -> bool:
     """Prepare one revenue brief (region and quarter drawn from ``seed``); True when its figures are right."""
     from otel_blame.instrument import set_outcome, task
 
+    _RESOURCES.forget_requests()  # the server keeps every request; a campaign makes thousands
     brief = brief_for(seed)
-    crew = build_crew(_SERVER.base_url(), brief)
+    crew = build_crew(_RESOURCES.base_url, brief)
     with task(
         f"revenue-brief-{brief.region.lower().replace(' ', '-')}",
         input=brief.request,

@@ -1,18 +1,24 @@
 """Zoo app ``supervisor``: a LangGraph supervisor graph over an internal knowledge base.
 
-A question about the (fictional) company's services, prices or capacity needs several figures
-from the knowledge base and a computation. The ``supervisor`` node plans which figures are needed
-and sends the ``researcher`` after them one at a time; the researcher calls the
-``search_knowledge_base`` tool (a LangGraph ``ToolNode``, node ``retriever``) and reports each
-finding with its evidence; once the findings are in, the supervisor writes the ``writer`` a brief
-(numbered computation lines with the figures filled in), then checks the draft against the brief
-and sends it back once when a figure disagrees. Every node asks LangChain's ``ChatOpenAI``,
-pointed at the scripted LLM, whose replies (:class:`SupervisorScript`) are computed from the
-messages each node is shown: a wrong figure, a dropped plan line or a changed search query
-really changes what follows. The supervisor's review catches a writer's slip (the run is then
-``masked``); it trusts the researcher, so a bad finding or tool result goes through.
+A colleague's question about the (fictional) company's services, prices or capacity needs several
+figures from the knowledge base and a computation. The ``supervisor`` node plans which figures are
+needed and sends the ``researcher`` after them one at a time (what to search for, which entity the
+quoted sentence must name, the unit); the researcher calls ``search_knowledge_base`` (a ``ToolNode``,
+node ``retriever``) and reports each finding with its evidence. With every figure in, the
+supervisor briefs the ``writer`` (numbered computation lines with the figures filled in); the
+writer works through them with the ``calculator`` tool (node ``calculator``) and drafts the answer;
+the supervisor recomputes the brief itself and sends a draft that disagrees back once. Every node
+asks LangChain's ``ChatOpenAI``, pointed at the scripted LLM, whose replies
+(:class:`SupervisorScript`) are computed from the messages each node is shown: a wrong figure, a
+dropped plan line or a changed search query really changes what follows. The review catches a
+writer's or a calculator's slip (the run is then ``masked``); the supervisor trusts the
+researcher, so a bad finding or search result goes through to the answer.
 
-A clean run is 16 to 22 steps; tasks and every figure in the corpus are drawn from the seed.
+A clean run is 20 to 24 steps; the task and every figure in the corpus are drawn from the seed.
+Not in :data:`FAULTS`: ``terminate`` (the graph routes on a node's output before the message path
+sees it, so a stop word added there changes no route), ``skipped_policy_step`` (dropping the
+researcher's entity check does not change which sentence it quotes here) and
+``ignored_tool_error`` (no tool fails in a clean run).
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ import math
 import operator
 import random
 import re
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +36,7 @@ from typing import Any
 from otel_blame.demo.scripted_llm import Reply
 from otel_blame.inject.demo_app import apply_corrections
 from otel_blame.inject.zoo._knowledge_base import Document, Facts, draw_facts, search
+from otel_blame.inject.zoo._resources import AppResources
 
 FAULTS: tuple[str, ...] = (
     "number",
@@ -38,10 +44,14 @@ FAULTS: tuple[str, ...] = (
     "contradict_instruction",
     "tool_error",
     "wrong_tool_result",
-    "terminate",
+    "wrong_tool_argument",
+    "wrong_tool",
+    "fabricated_fact",
+    "premature_handoff",
+    "lost_context",
 )
-AGENTS = ("supervisor", "researcher", "retriever", "writer")
 TOOL_NAME = "search_knowledge_base"
+CALCULATOR = "calculator"
 RECURSION_LIMIT = 80
 MAX_SUPERVISOR_TURNS = 14
 
@@ -203,10 +213,12 @@ _UNIT_PATTERNS = {
     "requests per second": rf"({_NUMBER}) requests per second",
 }
 _PLAN_LINE = re.compile(r"^\s*(\d+)\.\s+(?P<key>[^:\n]+):", re.MULTILINE)
-_TASK_BLOCK = re.compile(
-    r"Research task (?P<number>\d+): (?P<description>.+?)\.?\n"
-    r"Search for: (?P<query>.+)\nKey terms: (?P<terms>.+)\nUnit: (?P<unit>.+)"
+_RESEARCH_TASK = re.compile(r"^Research task (?P<number>\d+): (?P<description>[^\n]+?)\.?\s*$", re.MULTILINE)
+_SEARCH_FOR = re.compile(r"^Search for: (?P<value>[^\n]+?)\.?\s*$", re.MULTILINE)
+_CHECK = re.compile(
+    r"^Check: the sentence that states the figure must name (?P<value>[^\n]+?)\.?\s*$", re.MULTILINE
 )
+_UNIT = re.compile(r"^Unit: (?P<value>[^\n]+?)\.?\s*$", re.MULTILINE)
 _FINDING = re.compile(rf"^Finding \((?P<key>[^)]+)\): (?P<value>{_NUMBER}|not found)", re.MULTILINE)
 _FORMULA = re.compile(r"^\s*\d+[.)]\s+(?P<name>[a-z_]\w*)\s*=\s*(?P<expression>.+?)\s*$", re.MULTILINE)
 _REPORT = re.compile(
@@ -444,7 +456,7 @@ def _findings(conversation: Sequence[Seen]) -> dict[str, str]:
     """key -> value ("not found" included) of every finding the researcher reported, in order."""
     found: dict[str, str] = {}
     for message in _by(conversation, "researcher"):
-        for match in _FINDING.finditer(message.content):
+        for match in _FINDING.finditer(apply_corrections(message.content)):
             found[match["key"].strip()] = match["value"]
     return found
 
@@ -452,9 +464,9 @@ def _findings(conversation: Sequence[Seen]) -> dict[str, str]:
 def _dispatch(spec: FactSpec, number: int) -> str:
     return (
         f"Research task {number}: {spec.description}.\n"
-        f"Search for: {spec.query}\n"
-        f"Key terms: {', '.join(spec.terms)}\n"
-        f"Unit: {spec.unit}\n"
+        f"Search for: {spec.query}.\n"
+        f"Check: the sentence that states the figure must name {' and '.join(spec.terms)}.\n"
+        f"Unit: {spec.unit}.\n"
         "NEXT: researcher"
     )
 
@@ -477,7 +489,7 @@ def supervisor_reply(conversation: Sequence[Seen]) -> str:
             f"computation.\n{lines}\nI will brief the writer once every figure is in.\n"
             + _dispatch(specs[0], 1)
         )
-    plan = own[0].content
+    plan = apply_corrections(own[0].content)
     planned = {m["key"].strip(): int(m.group(1)) for m in _PLAN_LINE.finditer(plan)}
     findings = _findings(conversation)
     last = conversation[-1]
@@ -535,26 +547,49 @@ def _review(conversation: Sequence[Seen], draft: str, own: Sequence[Seen]) -> st
     return f"{verdict}: the draft states the figures computed from the researcher's findings.\nNEXT: FINISH"
 
 
+@dataclass(frozen=True)
+class ResearchTask:
+    """What the researcher reads from the supervisor's dispatch (corrections honoured)."""
+
+    number: int
+    description: str
+    query: str
+    terms: tuple[str, ...]  # the entity check; empty when the dispatch asks for none
+    unit: str | None
+
+
+def _research_task(dispatch: str) -> ResearchTask | None:
+    dispatch = apply_corrections(dispatch)
+    task = _RESEARCH_TASK.search(dispatch)
+    if task is None:
+        return None
+    search_for, check, unit = (pattern.search(dispatch) for pattern in (_SEARCH_FOR, _CHECK, _UNIT))
+    return ResearchTask(
+        int(task["number"]),
+        task["description"].strip(),
+        search_for["value"].strip() if search_for else task["description"].strip(),
+        tuple(t.strip() for t in check["value"].split(" and ")) if check else (),
+        unit["value"].strip() if unit else None,
+    )
+
+
 def researcher_reply(conversation: Sequence[Seen]) -> Reply:
     dispatch_at = max((i for i, m in enumerate(conversation) if m.name == "supervisor"), default=-1)
-    block = _TASK_BLOCK.search(conversation[dispatch_at].content) if dispatch_at >= 0 else None
-    if block is None:
+    task = _research_task(conversation[dispatch_at].content) if dispatch_at >= 0 else None
+    if task is None:
         return Reply("I was not given a research task, so I have nothing to look up.")
-    brief = apply_corrections(conversation[dispatch_at].content)
-    block = _TASK_BLOCK.search(brief) or block
-    key = _key_of(conversation, int(block["number"]), block["description"])
+    key = _key_of(conversation, task.number, task.description)
     results = [m.content for m in conversation[dispatch_at + 1 :] if m.role == "tool"]
     if not results:
         call = {
-            "id": f"call_search_{block['number']}_{len(conversation)}",
+            "id": f"call_search_{task.number}_{len(conversation)}",
             "name": TOOL_NAME,
-            "arguments": {"query": block["query"].strip()},
+            "arguments": {"query": task.query},
         }
         return Reply(
-            f"Searching the knowledge base for task {block['number']} ({block['description'].strip()}).",
-            tool_calls=[call],
+            f"Searching the knowledge base for task {task.number} ({task.description}).", tool_calls=[call]
         )
-    return Reply(_finding(key, block, results[-1]))
+    return Reply(_finding(key, task, results[-1]))
 
 
 def _key_of(conversation: Sequence[Seen], number: int, description: str) -> str:
@@ -563,10 +598,10 @@ def _key_of(conversation: Sequence[Seen], number: int, description: str) -> str:
     for match in _PLAN_LINE.finditer(plan):
         if int(match.group(1)) == number:
             return match["key"].strip()
-    return description.strip()
+    return description
 
 
-def _finding(key: str, block: re.Match[str], result: str) -> str:
+def _finding(key: str, task: ResearchTask, result: str) -> str:
     try:
         passages = json.loads(result)["results"]
     except (ValueError, KeyError, TypeError):
@@ -575,39 +610,91 @@ def _finding(key: str, block: re.Match[str], result: str) -> str:
             f"Finding ({key}): not found. The knowledge-base search failed ({first[:160]}), so I could not "
             "check the figure, and I will not guess it."
         )
-    terms = [t.strip().lower() for t in block["terms"].split(",") if t.strip()]
-    pattern = _UNIT_PATTERNS.get(block["unit"].strip())
-    if pattern is not None:
-        for passage in passages:
-            for sentence in re.split(r"(?<=[.!?])\s+", str(passage.get("text", ""))):
-                if all(t in sentence.lower() for t in terms):
-                    value = re.search(pattern, sentence)
-                    if value is not None:
-                        return (
-                            f"Finding ({key}): {value.group(1)} {block['unit'].strip()}.\n"
-                            f'Evidence: "{sentence.strip()}" ({passage.get("doc_id")}, paragraph '
-                            f"{passage.get('section')}).\nThe source states the figure directly, so no "
-                            "estimate was needed."
-                        )
+    pattern = _UNIT_PATTERNS.get(task.unit or "", rf"({_NUMBER})")
+    for passage in passages:
+        for sentence in re.split(r"(?<=[.!?])\s+", str(passage.get("text", ""))):
+            if all(t.lower() in sentence.lower() for t in task.terms):
+                value = re.search(pattern, sentence)
+                if value is not None:
+                    return (
+                        f"Finding ({key}): {value.group(1)} {task.unit or ''}".rstrip()
+                        + f'.\nEvidence: "{sentence.strip()}" ({passage.get("doc_id")}, paragraph '
+                        f"{passage.get('section')}).\nThe source states the figure directly, so no "
+                        "estimate was needed."
+                    )
     titles = "; ".join(str(p.get("title")) for p in passages) or "nothing"
     return (
         f"Finding ({key}): not found. The search returned {titles}, and none of those passages states "
-        f"{block['description'].strip()}."
+        f"{task.description}."
     )
 
 
-def writer_reply(conversation: Sequence[Seen]) -> str:
-    brief = _last_brief(conversation)
-    question = next((m.content for m in conversation if m.role == "user"), "")
-    if brief is None:
-        return "I have no brief to write from yet."
+def _value_text(value: float) -> str:
+    """A number as the writer types it into the calculator: no exponent, no float noise."""
+    rounded = round(value, 6)
+    return str(int(rounded)) if rounded == int(rounded) else repr(rounded)
+
+
+def _calculator_result(content: str) -> float | str:
+    """The calculator's result, or what went wrong."""
     try:
-        variables, reports = compute_brief(brief)
-    except CannotCompute as error:
-        return (
-            f"Answer: I cannot give the full answer yet ({error}), so the computation the supervisor "
-            "asked for cannot be completed. Please ask the owning team for the missing figure."
+        answer = json.loads(content)
+        return float(answer["result"])
+    except (ValueError, KeyError, TypeError):
+        try:
+            return str(json.loads(content).get("error"))
+        except (ValueError, AttributeError):
+            lines = [line for line in content.strip().splitlines() if line.strip()]
+            return lines[-1][:160] if lines else "no answer"
+
+
+def writer_reply(conversation: Sequence[Seen]) -> Reply:
+    """Compute the brief's lines one calculator call at a time, then draft the answer."""
+    brief = _last_brief(conversation)
+    if brief is None:
+        return Reply("I have no brief to write from yet.")
+    started = max(i for i, m in enumerate(conversation) if m.name == "supervisor")
+    corrected = apply_corrections(brief)
+    lines = [(m["name"], m["expression"]) for m in _FORMULA.finditer(corrected)]
+    reports = [
+        (m["name"], m["label"].strip(), m["unit"].strip(), int(m["decimals"]))
+        for m in _REPORT.finditer(corrected)
+    ]
+    missing = next((re.search(r"\[([^\]]+)\]", e) for _, e in lines if "[" in e), None)
+    if missing is not None:
+        return Reply(
+            f"Answer: I cannot give the full answer yet ({missing.group(1)}), so the computation the "
+            "supervisor asked for cannot be completed. Please ask the owning team for the missing figure."
         )
+    results = [m.content for m in conversation[started + 1 :] if m.role == "tool"]
+    values: dict[str, float] = {}
+    for number, (name, expression) in enumerate(lines, 1):
+        if number > len(results):
+            typed = re.sub(
+                r"\b[a-z_]\w*\b",
+                lambda word: _value_text(values[word.group()]) if word.group() in values else word.group(),
+                expression,
+            )
+            call = {
+                "id": f"call_calc_{number}_{len(conversation)}",
+                "name": CALCULATOR,
+                "arguments": {"expression": typed},
+            }
+            return Reply(f"Computing line {number} of {len(lines)} ({name}).", tool_calls=[call])
+        result = _calculator_result(results[number - 1])
+        if isinstance(result, str):
+            return Reply(
+                f"Answer: I could not finish the computation: the calculator failed on line {number} "
+                f"({name}): {result}. I will not report figures I could not compute."
+            )
+        values[name] = result
+    return Reply(_draft(conversation, values, reports))
+
+
+def _draft(
+    conversation: Sequence[Seen], values: dict[str, float], reports: list[tuple[str, str, str, int]]
+) -> str:
+    question = next((m.content for m in conversation if m.role == "user"), "")
     sources = sorted(
         set(
             re.findall(
@@ -617,9 +704,9 @@ def writer_reply(conversation: Sequence[Seen]) -> str:
         )
     )
     lines = [
-        f"- {label}: {_format(variables[name], decimals)} {unit}."
+        f"- {label}: {_format(values[name], decimals)} {unit}."
         for name, label, unit, decimals in reports
-        if name in variables
+        if name in values
     ]
     opening = question.split("?")[0].split(". ")[-1].strip()
     return (
@@ -640,47 +727,30 @@ class SupervisorScript:
         if node == "researcher":
             return researcher_reply(conversation)
         if node == "writer":
-            return Reply(writer_reply(conversation))
+            return writer_reply(conversation)
         return Reply("I do not know my role here.")
 
 
 # --- the app --------------------------------------------------------------------------------------
 
 
-class _ScriptedServer:
-    """One scripted LLM per process, started on first use (stopped at exit)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._llm: Any = None
-
-    def base_url(self) -> str:
-        with self._lock:
-            if self._llm is None:
-                import atexit
-
-                from otel_blame.demo.scripted_llm import ScriptedLLM
-
-                self._llm = ScriptedLLM(SupervisorScript()).start()
-                atexit.register(self._llm.stop)
-            return str(self._llm.base_url)
-
-
-_SERVER = _ScriptedServer()
+_RESOURCES = AppResources(SupervisorScript(), prefix="otel-blame-zoo-supervisor-")
 
 
 def _route(message: Any, default: str) -> str:
+    """Where the graph goes after a node: its tools on a tool call, else the NEXT: it names."""
     text = str(getattr(message, "content", "") or "")
     if "TERMINATE" in text:
         return "end"
     if getattr(message, "tool_calls", None):
-        return "retriever"
+        return "tools"
     found = _NEXT.findall(text)
     return {"FINISH": "end"}.get(found[-1], found[-1]) if found else default
 
 
 def build_graph(base_url: str, documents: list[Document]) -> Any:
-    """supervisor -> researcher <-> retriever, supervisor -> writer -> supervisor; END on FINISH."""
+    """supervisor -> researcher <-> retriever and supervisor -> writer <-> calculator, back to the
+    supervisor after each finding and draft; END when the supervisor says NEXT: FINISH."""
     from langchain_core.messages import SystemMessage
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
@@ -691,26 +761,22 @@ def build_graph(base_url: str, documents: list[Document]) -> Any:
     def search_knowledge_base(query: str) -> str:
         """Search the internal knowledge base; returns the two best-matching passages as JSON."""
         passages = search(documents, query)
-        return json.dumps(
-            {
-                "query": query,
-                "results": [
-                    {
-                        "doc_id": p.doc_id,
-                        "title": p.title,
-                        "section": p.section,
-                        "score": p.score,
-                        "text": p.text,
-                    }
-                    for p in passages
-                ],
-            }
-        )
+        found = [
+            {"doc_id": p.doc_id, "title": p.title, "section": p.section, "text": p.text} for p in passages
+        ]
+        return json.dumps({"query": query, "results": found})
+
+    @tool(CALCULATOR)
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression (+ - * /, parentheses, max, min, ceil); returns JSON."""
+        try:
+            return json.dumps({"expression": expression, "result": round(evaluate(expression, {}), 6)})
+        except CannotCompute as error:
+            return json.dumps({"expression": expression, "error": f"cannot evaluate {error}"})
 
     model = ChatOpenAI(
         model="scripted-model", base_url=base_url, api_key="offline", max_retries=0, temperature=0
     )
-    researcher_model = model.bind_tools([search_knowledge_base])
 
     def node(name: str, chat: Any) -> Callable[[MessagesState], dict[str, Any]]:
         def run(state: MessagesState) -> dict[str, Any]:
@@ -720,40 +786,27 @@ def build_graph(base_url: str, documents: list[Document]) -> Any:
 
         return run
 
+    def after(
+        default: str, tools: str | None = None
+    ) -> tuple[Callable[[MessagesState], str], dict[str, Any]]:
+        targets: dict[str, Any] = {"researcher": "researcher", "writer": "writer", "supervisor": "supervisor"}
+        if default != "end":  # a worker always reports back to the supervisor
+            targets = dict.fromkeys(targets, "supervisor")
+        targets |= {"end": END, "tools": tools or END}
+        return (lambda state: _route(state["messages"][-1], default)), targets
+
     graph = StateGraph(MessagesState)
     graph.add_node("supervisor", node("supervisor", model))
-    graph.add_node("researcher", node("researcher", researcher_model))
+    graph.add_node("researcher", node("researcher", model.bind_tools([search_knowledge_base])))
     graph.add_node("retriever", ToolNode([search_knowledge_base]))
-    graph.add_node("writer", node("writer", model))
+    graph.add_node("writer", node("writer", model.bind_tools([calculator])))
+    graph.add_node(CALCULATOR, ToolNode([calculator]))
     graph.add_edge(START, "supervisor")
-    graph.add_conditional_edges(
-        "supervisor",
-        lambda s: _route(s["messages"][-1], "end"),
-        {"researcher": "researcher", "writer": "writer", "retriever": "researcher", "end": END},
-    )
-    graph.add_conditional_edges(
-        "researcher",
-        lambda s: _route(s["messages"][-1], "supervisor"),
-        {
-            "retriever": "retriever",
-            "supervisor": "supervisor",
-            "researcher": "supervisor",
-            "writer": "supervisor",
-            "end": END,
-        },
-    )
+    graph.add_conditional_edges("supervisor", *after("end"))
+    graph.add_conditional_edges("researcher", *after("supervisor", "retriever"))
     graph.add_edge("retriever", "researcher")
-    graph.add_conditional_edges(
-        "writer",
-        lambda s: _route(s["messages"][-1], "supervisor"),
-        {
-            "supervisor": "supervisor",
-            "researcher": "supervisor",
-            "writer": "supervisor",
-            "retriever": "supervisor",
-            "end": END,
-        },
-    )
+    graph.add_conditional_edges("writer", *after("supervisor", CALCULATOR))
+    graph.add_edge(CALCULATOR, "writer")
     return graph.compile(name="research_desk")
 
 
@@ -770,8 +823,9 @@ def run_task(seed: int = 0) -> bool:
 
     from otel_blame.instrument import set_outcome, task
 
+    _RESOURCES.forget_requests()  # the server keeps every request; a campaign makes thousands
     question, facts = task_for(seed)
-    graph = build_graph(_SERVER.base_url(), facts.documents)
+    graph = build_graph(_RESOURCES.base_url, facts.documents)
     with task(
         f"research-desk-{question.kind}", input=question.question, expected_output=question.expected_output
     ):
