@@ -361,6 +361,15 @@ def _first_line(observation: str) -> str:
 # --- the writer -----------------------------------------------------------------------------------
 
 
+def _net_stated(net: re.Match[str], context: str) -> str:
+    """The net revenue the writer states: gross minus refunds when the analyst's line gives both
+    (the writer checks the subtraction, as the line defines it), else the figure as given."""
+    parts = re.match(rf" \(gross sales {_MONEY} minus refunds {_MONEY}", context[net.end() :])
+    if parts is None:
+        return net.group(1)
+    return f"{float(parts.group(1)) - float(parts.group(2)):.2f}"
+
+
 def writer_reply(task_text: str) -> str:
     task_text = apply_corrections(task_text)
     request = _section(task_text, "Current Task:", "This is the expected criteria")
@@ -374,7 +383,7 @@ def writer_reply(task_text: str) -> str:
     top = re.search(r"Top product line in \d{4}-Q\d: ([A-Za-z ]+?) with " + _MONEY, context)
     sentences = [f"{region} revenue brief, {quarter}."]
     if net:
-        sentences.append(f"{region} closed {quarter} with net revenue of ${net.group(1)}.")
+        sentences.append(f"{region} closed {quarter} with net revenue of ${_net_stated(net, context)}.")
     else:
         sentences.append(f"Net revenue for {quarter} is not available yet: the analyst could not compute it.")
     if change and before:
