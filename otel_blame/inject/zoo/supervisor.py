@@ -54,6 +54,9 @@ TOOL_NAME = "search_knowledge_base"
 CALCULATOR = "calculator"
 RECURSION_LIMIT = 80
 MAX_SUPERVISOR_TURNS = 14
+REVIEW_POLICY = (
+    "Finance policy: I recompute every bill myself and check the draft against it before it goes out."
+)
 
 PROMPTS = {
     "supervisor": (
@@ -224,6 +227,7 @@ _FORMULA = re.compile(r"^\s*\d+[.)]\s+(?P<name>[a-z_]\w*)\s*=\s*(?P<expression>.
 _REPORT = re.compile(
     r"(?P<name>[a-z_]\w*) = (?P<label>[^(;\n]+?) \((?P<unit>[^,()]+), (?P<decimals>\d+) decimals?\)"
 )
+_TALLY = re.compile(rf"(?P<key>[^,=]+?) = (?P<value>{_NUMBER}|not found)")
 _NEXT = re.compile(r"NEXT:\s*(researcher|writer|FINISH)")
 
 
@@ -453,11 +457,20 @@ def _by(conversation: Sequence[Seen], name: str) -> list[Seen]:
 
 
 def _findings(conversation: Sequence[Seen]) -> dict[str, str]:
-    """key -> value ("not found" included) of every finding the researcher reported, in order."""
+    """key -> value ("not found" included): the supervisor's own latest tally of the figures, and
+    the researcher's findings reported since (the tally is what the supervisor carries forward)."""
     found: dict[str, str] = {}
-    for message in _by(conversation, "researcher"):
-        for match in _FINDING.finditer(apply_corrections(message.content)):
-            found[match["key"].strip()] = match["value"]
+    since = 0
+    for index, message in enumerate(conversation):
+        if message.name == "supervisor" and "Figures so far:" in message.content:
+            since = index
+    if since:
+        tally = apply_corrections(conversation[since].content).split("Figures so far:")[1].split("\n")[0]
+        found.update((m["key"].strip(), m["value"]) for m in _TALLY.finditer(tally))
+    for message in conversation[since:]:
+        if message.role == "assistant" and message.name == "researcher":
+            for match in _FINDING.finditer(apply_corrections(message.content)):
+                found[match["key"].strip()] = match["value"]
     return found
 
 
@@ -484,9 +497,10 @@ def supervisor_reply(conversation: Sequence[Seen]) -> str:
         )
     if not own:
         lines = "\n".join(f"{n}. {spec.key}: {spec.description}." for n, spec in enumerate(specs, 1))
+        review = f"\n{REVIEW_POLICY}" if "Growth plan" in question else ""
         return (
             f"Plan: to answer this I need {len(specs)} figures from the knowledge base, then a short "
-            f"computation.\n{lines}\nI will brief the writer once every figure is in.\n"
+            f"computation.\n{lines}\nI will brief the writer once every figure is in.{review}\n"
             + _dispatch(specs[0], 1)
         )
     plan = apply_corrections(own[0].content)
@@ -494,7 +508,7 @@ def supervisor_reply(conversation: Sequence[Seen]) -> str:
     findings = _findings(conversation)
     last = conversation[-1]
     if last.role == "assistant" and last.name == "writer":
-        return _review(conversation, last.content, own)
+        return _review(conversation, last.content, own, recompute=REVIEW_POLICY in plan)
     for spec in specs:
         if spec.key in planned and spec.key not in findings:
             done = ", ".join(f"{k} = {v}" for k, v in findings.items()) or "nothing yet"
@@ -519,7 +533,9 @@ def _last_brief(conversation: Sequence[Seen]) -> str | None:
     )
 
 
-def _review(conversation: Sequence[Seen], draft: str, own: Sequence[Seen]) -> str:
+def _review(conversation: Sequence[Seen], draft: str, own: Sequence[Seen], *, recompute: bool) -> str:
+    """Approve the draft, or send it back once; a bill's figures are recomputed (the finance
+    policy), other answers only need every reported figure stated."""
     brief = _last_brief(conversation)
     if brief is None:
         return "The draft arrived without a brief; I am closing the request as it stands.\nNEXT: FINISH"
@@ -530,6 +546,14 @@ def _review(conversation: Sequence[Seen], draft: str, own: Sequence[Seen]) -> st
             f"The answer cannot be completed: {error}, and the draft says so. "
             "I am closing the request so that the colleague can follow up with the owning team.\nNEXT: FINISH"
         )
+    if not recompute:
+        unstated = [label for _, label, _, _ in reports if not re.search(rf"{re.escape(label)}: -?\d", draft)]
+        if unstated:
+            return (
+                f"The draft does not state {', '.join(unstated)}; I am closing the request with what we have."
+                "\nNEXT: FINISH"
+            )
+        return "Approved: the draft states every figure the colleague asked for.\nNEXT: FINISH"
     wrong = [
         (label, _format(variables[name], decimals))
         for name, label, _, decimals in reports
@@ -586,9 +610,7 @@ def researcher_reply(conversation: Sequence[Seen]) -> Reply:
             "name": TOOL_NAME,
             "arguments": {"query": task.query},
         }
-        return Reply(
-            f"Searching the knowledge base for task {task.number} ({task.description}).", tool_calls=[call]
-        )
+        return Reply("", tool_calls=[call])  # a tool call and nothing else, as models call tools
     return Reply(_finding(key, task, results[-1]))
 
 
@@ -680,7 +702,7 @@ def writer_reply(conversation: Sequence[Seen]) -> Reply:
                 "name": CALCULATOR,
                 "arguments": {"expression": typed},
             }
-            return Reply(f"Computing line {number} of {len(lines)} ({name}).", tool_calls=[call])
+            return Reply("", tool_calls=[call])
         result = _calculator_result(results[number - 1])
         if isinstance(result, str):
             return Reply(

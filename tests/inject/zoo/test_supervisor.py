@@ -153,10 +153,15 @@ def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
     ]  # nothing changed before the fault
 
 
-def test_the_supervisors_review_catches_a_calculator_slip(run: Run) -> None:
-    """A wrong calculator result reaches the draft; the supervisor recomputes the brief, sends the
-    draft back once and the corrected answer goes out: the run is masked, not failed."""
-    clean = run(SEED)
+@pytest.mark.parametrize(("seed", "caught"), [(0, True), (SEED, False)], ids=["bill", "downtime"])
+def test_a_calculator_slip_is_caught_where_the_supervisor_recomputes(
+    run: Run, seed: int, caught: bool
+) -> None:
+    """A wrong calculator result reaches the draft. A bill is recomputed by the supervisor (its
+    finance policy): the draft goes back once and the right answer goes out, the run is masked.
+    Other answers are only checked for completeness: the slip goes out and the run fails."""
+    clean = run(seed)
+    assert supervisor.task_for(seed)[0].kind == ("bill" if caught else "downtime")
     calculator_step = next(s["index"] for s in _steps(clean) if s["agent"] == "calculator")
     tools = ["search_knowledge_base", "calculator"]
     for fault_seed in range(1, 11):  # the first seed whose change hits the result (not the expression)
@@ -166,16 +171,15 @@ def test_the_supervisors_review_catches_a_calculator_slip(run: Run) -> None:
             "step": calculator_step,
             "seed": fault_seed,
         }
-        result = run(SEED, {**fault, "exact": True, "tools": tools})
+        result = run(seed, {**fault, "exact": True, "tools": tools})
         planted = result["planted"]
         if json.loads(planted["before"])["result"] != json.loads(planted["after"])["result"]:
             break
     else:
         raise AssertionError("no fault seed changed the calculator's result")
-    assert result["outcome"] == "success"
     supervisor_says = [s["content"] for s in _steps(result) if s["agent"] == "supervisor"]
-    assert any(text.startswith("Revision needed") for text in supervisor_says)
-    assert len(_steps(result)) > len(_steps(clean))
+    revised = any(text.startswith("Revision needed") for text in supervisor_says)
+    assert (result["outcome"], revised) == (("success", True) if caught else ("failure", False))
 
 
 @pytest.mark.slow
@@ -184,12 +188,12 @@ def test_a_short_campaign_reports_and_labels_its_runs(tmp_path: Path) -> None:
     from otel_blame.cli import main
 
     out = tmp_path / "dataset"
-    args = ["inject", "--app", "zoo:supervisor", "--runs", "4", "--seed", str(SEED), "--json"]
+    args = ["inject", "--app", "zoo:supervisor", "--runs", "6", "--seed", "2", "--json"]
     args += ["--dataset-out", str(out)] + [f"--fault={kind}" for kind in supervisor.FAULTS]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["runs"] == 4 and report["baseline"]["status"] == "clean_passed"
+    assert report["runs"] == 6 and report["baseline"]["status"] == "clean_passed"
     assert set(report["statuses"]) <= {"attributed", "masked"}, report["statuses"]
     for record in report["results"]:
         assert record["fault"]["kind"] in supervisor.FAULTS
