@@ -50,7 +50,7 @@ class CampaignSettings:
     app: str = "demo"
     runs: int = 20
     seed: int = 0
-    faults: tuple[FaultKind, ...] = FAULT_KINDS
+    faults: tuple[FaultKind, ...] | None = None  # None: the kinds the app declares (its FAULTS), else all
     agent: str | None = None
     step: int | None = None
     run_timeout: float = 60.0
@@ -182,6 +182,7 @@ class Worker:
             self.kill()
             raise CampaignError(hello.get("error") or "the app process could not start")
         self.pass_seed = bool(hello.get("pass_seed"))
+        self.faults = tuple(FaultKind(kind) for kind in hello.get("faults") or () if kind in FAULT_KINDS)
 
     def _start_external(self, setup: WorkerSetup, python: str) -> Any:
         authkey = secrets.token_bytes(16)
@@ -497,7 +498,8 @@ class Campaign:
         )
         records: list[RunRecord] = []
         trajectories: dict[int, dict[str, Any]] = {}
-        plan = Plan.from_seen(clean.get("seen", []), settings.faults, settings.agent, settings.step)
+        faults = settings.faults or get().faults or FAULT_KINDS
+        plan = Plan.from_seen(clean.get("seen", []), faults, settings.agent, settings.step)
         baseline.eligible = {kind.value: len(targets) for kind, targets in plan.targets.items()}
         if baseline.status in (RunStatus.TIMEOUT, RunStatus.APP_ERROR):
             return CampaignResult(settings, getattr(source, "method", ""), baseline, records, trajectories)
@@ -551,11 +553,7 @@ class Campaign:
             if prediction is None:
                 record.status = RunStatus.NO_BLAME
                 continue
-            record.prediction = prediction
-            record.status = RunStatus.ATTRIBUTED
-            if record.fault is not None:
-                record.agent_correct = prediction.agent == record.fault.agent
-                record.step_correct = prediction.step == record.fault.step
+            score_record(record, prediction)
         methods = Counter(r.prediction.method for r in records if r.prediction is not None)
         method = getattr(source, "method", "") or (methods.most_common(1)[0][0] if methods else "unknown")
         return CampaignResult(settings, method, baseline, records, trajectories)
@@ -563,6 +561,16 @@ class Campaign:
     def _report(self, record: RunRecord) -> None:
         if self.progress is not None:
             self.progress(record)
+
+
+def score_record(record: RunRecord, prediction: Prediction) -> None:
+    """The verdict against the truth: the agent and the step are judged each on its own (a right agent
+    at a wrong step is a right agent)."""
+    record.prediction = prediction
+    record.status = RunStatus.ATTRIBUTED
+    if record.fault is not None:
+        record.agent_correct = prediction.agent == record.fault.agent
+        record.step_correct = prediction.step == record.fault.step
 
 
 def _truth(planted: Mapping[str, Any] | None, declared: Mapping[str, Any] | None) -> Fault | None:

@@ -143,7 +143,8 @@ def _list_apps(as_json: bool) -> None:
     "faults",
     multiple=True,
     type=click.Choice([k.value for k in FAULT_KINDS]),
-    help="Fault kinds to plant (repeatable); default: all, one drawn per run.",
+    help="Fault kinds to plant (repeatable); default: the kinds the app declares in FAULTS, else all; "
+    "one drawn per run.",
 )
 @click.option("--agent", default=None, help="Plant faults only into this agent's messages (default: random).")
 @click.option("--step", type=click.IntRange(min=0), default=None, help="Plant faults only at this step.")
@@ -252,7 +253,7 @@ def inject_command(
         app=app,
         runs=runs,
         seed=seed,
-        faults=tuple(FaultKind(f) for f in faults) or FAULT_KINDS,
+        faults=tuple(FaultKind(f) for f in faults) or None,
         agent=agent,
         step=step,
         run_timeout=run_timeout,

@@ -4,8 +4,11 @@ any method on your own app.
 Each failed run with a planted fault becomes ``DIR/Algorithm-Generated/<n>.json`` (the subset whose
 logs name the speaker in ``name``): ``history`` is the run's steps as the instrumentation recorded
 them (the same steps and indices the processor attributes), ``mistake_agent`` / ``mistake_step`` the
-planted fault, ``mistake_reason`` what it changed. Extra keys (``fault_kind``, ``trace_id``) are
-ignored by the loader.
+planted fault, ``mistake_reason`` what it changed. Extra keys are ignored by the loader: ``app``
+(the campaign's ``--app``, ``zoo:NAME`` for a zoo app), ``fault_kind``, ``trace_id``, ``app_seed``,
+``trajectory`` (the run as the processor assembled it: span kinds, tool names, error flags) and, for a
+run that failed from a dependency the app declared (fault kind ``dependency``), ``category`` and
+``dependency``.
 """
 
 from __future__ import annotations
@@ -55,10 +58,15 @@ def write_dataset(result: CampaignResult, out_dir: Path) -> int:
             "mistake_agent": record.fault.agent,
             "mistake_step": str(record.fault.step),
             "mistake_reason": f"{record.fault.kind}: {record.fault.description}",
+            "app": result.settings.app,
             "fault_kind": record.fault.kind,
             "trace_id": record.trace_id,
             "app_seed": record.app_seed,
+            "trajectory": trajectory,
         }
+        if record.fault.dependency is not None:
+            log["category"] = "dependency"
+            log["dependency"] = record.fault.dependency
         (folder / f"{written + 1}.json").write_text(json.dumps(log, indent=2) + "\n", encoding="utf-8")
         written += 1
     return written

@@ -26,6 +26,16 @@ from typing import Any
 from otel_blame.demo.scenario import SYSTEM_MESSAGES, final_answer
 from otel_blame.demo.scripted_llm import Reply, ScriptedLLM
 
+# the kinds a campaign plants by default: the six the recorded demo figures were measured with
+FAULTS: tuple[str, ...] = (
+    "number",
+    "drop_instruction",
+    "contradict_instruction",
+    "tool_error",
+    "wrong_tool_result",
+    "terminate",
+)
+
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _CORRECTION_VALUE = re.compile(r"^Correction:\s*(\d+(?:\.\d+)?)\s+should be\s+(\d+(?:\.\d+)?)", re.MULTILINE)
 _CORRECTION_SKIP = re.compile(r"^Correction:\s*skip step\s+(\d+)", re.MULTILINE)
@@ -302,4 +312,4 @@ def run_task(seed: int = 0) -> bool:
     return right
 
 
-__all__ = ["SYSTEM_MESSAGES", "TEMPLATES", "ReactiveScript", "problem_for", "run_task"]
+__all__ = ["FAULTS", "SYSTEM_MESSAGES", "TEMPLATES", "ReactiveScript", "problem_for", "run_task"]

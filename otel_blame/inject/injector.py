@@ -1,16 +1,17 @@
 """The message interceptor a campaign run installs: watches every outgoing message, plants one fault.
 
 It sees messages through the instrumentation's own message path
-(:mod:`otel_blame.instrumentation._interception`): what it returns is what the recipient gets and
-what the step records. The fault goes into the first message of the planned agent at or after the
-planned step that the fault kind can change; the step index that message got is the ground truth.
+(:mod:`otel_blame.instrumentation.interception`): the changed copy it returns (other text, or another
+tool name for a tool call) is what the framework hook hands the recipient or the tool and what the
+step records. The fault goes into the first message of the planned agent at or after the planned
+step that the fault kind can change; the step index that message got is the ground truth.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,28 +76,16 @@ class PlantedFault:
         return asdict(self)
 
 
-def with_content(message: Any, text: str) -> Any:
-    """The framework message with its text replaced (a str stays a str, a dict is copied)."""
-    if isinstance(message, Mapping):
-        changed = dict(message)
-        changed["content"] = text
-        responses = changed.get("tool_responses")
-        if isinstance(responses, list) and responses:
-            changed["tool_responses"] = [{**dict(responses[0]), "content": text}, *responses[1:]]
-        return changed
-    return text
-
-
 class Injector:
-    """A :class:`~otel_blame.instrumentation._interception.MessageInterceptor` for one run."""
+    """A :class:`~otel_blame.instrumentation.interception.MessageInterceptor` for one run."""
 
     def __init__(self, plan: FaultPlan | None) -> None:
         self.plan = plan
         self.seen: list[SeenMessage] = []
         self.planted: PlantedFault | None = None
 
-    def __call__(self, outgoing: OutgoingMessage) -> Any:
-        tool_name = getattr(outgoing, "tool_name", None)
+    def __call__(self, outgoing: OutgoingMessage) -> OutgoingMessage | None:
+        tool_name = outgoing.tool_name
         self.seen.append(SeenMessage(outgoing.agent, outgoing.step, outgoing.kind, outgoing.text, tool_name))
         plan = self.plan
         if plan is None or self.planted is not None or outgoing.step is None:
@@ -129,9 +118,6 @@ class Injector:
             before=before,
             after=after,
         )
-        if any(f.name == "tool_name" for f in dataclasses.fields(outgoing)):
-            changes: dict[str, Any] = {"text": injected.text}
-            if injected.tool_name is not None:
-                changes["tool_name"] = injected.tool_name
-            return dataclasses.replace(outgoing, **changes)
-        return with_content(outgoing.message, injected.text)
+        if injected.tool_name is not None:
+            return dataclasses.replace(outgoing, text=injected.text, tool_name=injected.tool_name)
+        return dataclasses.replace(outgoing, text=injected.text)

@@ -138,7 +138,7 @@ def run_one(app: Callable[..., Any], spec: dict[str, Any], provider: Any, spans:
     from otel_blame.inject.faults import FaultKind
     from otel_blame.inject.injector import FaultPlan, Injector
     from otel_blame.inject.truth import take_declared
-    from otel_blame.instrumentation._interception import intercept_messages
+    from otel_blame.instrumentation.interception import intercept_messages
 
     fault = spec.get("fault")
     plan = None
@@ -215,7 +215,8 @@ def worker_main(connection: Any, setup: WorkerSetup) -> None:
             {"ready": False, "error": str(error) if isinstance(error, AppLoadError) else _describe(error)}
         )
         return
-    connection.send({"ready": True, "pass_seed": takes_seed(app)})
+    declared = getattr(sys.modules.get(getattr(app, "__module__", "") or ""), "FAULTS", None) or ()
+    connection.send({"ready": True, "pass_seed": takes_seed(app), "faults": [str(kind) for kind in declared]})
     try:
         while True:
             try:

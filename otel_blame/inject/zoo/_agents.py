@@ -10,7 +10,6 @@ planted by ``otel-blame inject`` is what the other agents, the tools and the rec
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import json
 import uuid
@@ -18,8 +17,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_blame.instrument import agent_turn, current_task
-from otel_blame.instrumentation._interception import OutgoingMessage, current_interceptor
+from otel_blame.instrument import agent_turn
+from otel_blame.instrumentation.core import offer_tool_call
+
+SOURCE = "api"
 
 
 class ToolError(Exception):
@@ -73,47 +74,6 @@ class Entry:
     step: int | None = None
 
 
-@dataclass(frozen=True)
-class _Outgoing:
-    """The message path's view of one outgoing step (the fields of the shared OutgoingMessage)."""
-
-    agent: str
-    step: int | None
-    kind: str
-    text: str
-    message: Any
-    tool_name: str | None = None
-    framework: str = "api"
-
-
-def _offer(agent: str, kind: str, text: str, tool_name: str | None = None) -> tuple[str, str | None]:
-    """Hand one outgoing step to the installed interceptor; what it returns is what is sent."""
-    interceptor = current_interceptor()
-    if interceptor is None:
-        return text, tool_name
-    run = current_task()
-    fields = {f.name for f in dataclasses.fields(OutgoingMessage)}
-    outgoing_type: Any = OutgoingMessage if "tool_name" in fields else _Outgoing
-    outgoing = outgoing_type(
-        agent=agent,
-        step=run.steps_recorded if run is not None else None,
-        kind=kind,
-        text=text,
-        message=text,
-        tool_name=tool_name,
-        framework="api",
-    )
-    try:
-        changed = interceptor(outgoing)
-    except Exception:  # an interceptor that raises is ignored, as on every framework
-        return text, tool_name
-    if changed is None:
-        return text, tool_name
-    if isinstance(changed, str):
-        return changed, tool_name
-    return changed.text, getattr(changed, "tool_name", tool_name)
-
-
 @dataclass
 class Conversation:
     """The run's shared conversation: who said what, in order, with tool calls and results."""
@@ -134,9 +94,8 @@ class Conversation:
     def post(self, speaker: str, text: str, *, kind: str = "message", is_error: bool = False) -> str:
         """A step that is not an LLM's reply (the user's request, a terminal's output); returns what
         was sent."""
-        with agent_turn(speaker) as turn:
-            text, _ = _offer(speaker, kind, text)
-            turn.answer(text, kind=kind, is_error=is_error)
+        with agent_turn(speaker, source=SOURCE) as turn:
+            text = turn.answer(text, kind=kind, is_error=is_error)
             self.entries.append(Entry(speaker, kind, text, is_error=is_error, step=turn.index))
         return text
 
@@ -181,31 +140,26 @@ class Conversation:
         returns that text."""
         tools = {tool.name: tool for tool in agent.tools}
         for _ in range(max_tool_calls + 1):
-            with agent_turn(agent.name) as turn:
+            with agent_turn(agent.name, source=SOURCE) as turn:
                 kwargs: dict[str, Any] = {"model": self.model, "messages": self._messages(agent, see)}
                 if tools:
                     kwargs["tools"] = [tool.spec() for tool in tools.values()]
                 reply = self.client.chat.completions.create(**kwargs).choices[0].message
                 content = reply.content or ""
                 if not reply.tool_calls:
-                    text, _ = _offer(agent.name, "message", content)
-                    turn.answer(text)
+                    text = turn.answer(content)
                     self.entries.append(Entry(agent.name, "message", text, step=turn.index))
                     return text
                 call = reply.tool_calls[0]
-                arguments, name = _offer(agent.name, "tool_call", call.function.arguments, call.function.name)
-                name = name or call.function.name
+                name, arguments = call.function.name, call.function.arguments
+                # the call, before its tool runs: a changed argument or tool is what runs
+                changed = offer_tool_call(agent.name, arguments, name, message=call, source=SOURCE)
+                if changed is not None:
+                    name, arguments = changed.tool_name or name, changed.text
                 call_id = call.id or f"call_{uuid.uuid4().hex[:12]}"
-                content, _ = _offer(agent.name, "message", content) if content else (content, None)
-                turn.answer(
-                    content or None,
-                    tool_calls=[
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": name, "arguments": arguments},
-                        }
-                    ],
+                function = {"name": name, "arguments": arguments}
+                content = turn.answer(
+                    content or None, tool_calls=[{"id": call_id, "type": "function", "function": function}]
                 )
                 self.entries.append(
                     Entry(agent.name, "message", content, name, arguments, call_id, step=turn.index)
@@ -217,11 +171,12 @@ class Conversation:
     def _run_tool(
         self, agent: Agent, tools: Mapping[str, Tool], name: str, arguments: str, call_id: str
     ) -> None:
-        with agent_turn(agent.name) as turn:
+        with agent_turn(agent.name, source=SOURCE) as turn:
             turn.as_tool(name, call_id)
             result, is_error = _call(tools.get(name), name, arguments)
-            result, _ = _offer(agent.name, "tool", result, name)
-            turn.answer(result, "tool", kind="tool", tool_name=name, tool_call_id=call_id, is_error=is_error)
+            result = turn.answer(
+                result, "tool", kind="tool", tool_name=name, tool_call_id=call_id, is_error=is_error
+            )
             self.entries.append(Entry(agent.name, "tool", result, name, None, call_id, is_error, turn.index))
 
 

@@ -872,15 +872,15 @@ def run_task(seed: int = 0) -> bool:
 
 
 def _declare_outage(entries: list[Entry]) -> None:
-    """When the run ended on the order service failing twice in a row, that failure is its cause."""
+    """When the run ended on the order service failing twice in a row (the assistant then hands the
+    customer over, as the policy says), that failure is its cause."""
     lookups = [e for e in entries if e.kind == "tool" and e.tool_name == "get_order_details"]
     streak: list[Entry] = []
     for entry in reversed(lookups):
         if not (entry.is_error and is_error_result(entry.text)):
             break
         streak.insert(0, entry)
-    transferred = any(e.kind == "tool" and e.tool_name == "transfer_to_human_agents" for e in entries)
-    if len(streak) >= 2 and transferred and streak[0].step is not None:
+    if len(streak) >= 2 and streak[0].step is not None:
         declare_dependency_failure(
             "assistant",
             streak[0].step,
