@@ -54,7 +54,7 @@ def measure(extras: str, workdir: Path) -> Footprint:
     ).stdout.split()
     names = {line.split("==")[0].lower() for line in listed}
     imports = subprocess.run(
-        [str(python), "-c", "from otel_blame.instrument import task, record_message, agent_turn"],
+        [str(python), "-c", "from otel_blame.instrumentation import task, record_message, agent_turn"],
         capture_output=True,
     )
     cli = subprocess.run([str(venv / "bin" / "otel-blame"), "--help"], capture_output=True, text=True)

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_blame.demo.scripted_llm import ScriptedLLM
 from otel_blame.demo.span_recorder import RecordingOTLPSink
-from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+from otel_blame.instrumentation import OtelBlameInstrumentor, configure, reset_configuration
 
 ALL_MODES = ("plain", "otel_blame", "ag2", "openinference")
 
@@ -255,14 +255,14 @@ _MICRO_CHUNK = 2_000
 
 def _turn(agent: str, text: str) -> None:
     """One agent turn in the envelope form: the span opened and made current, answered, ended."""
-    from otel_blame.instrument import agent_turn
+    from otel_blame.instrumentation import agent_turn
 
     with agent_turn(agent) as turn:
         turn.answer(text)
 
 
 def _per_call_us(provider: Any, calls: int, envelope: bool = False) -> float:
-    from otel_blame.instrument import record_message, task
+    from otel_blame.instrumentation import record_message, task
 
     configure(tracer_provider=provider)
     text = _reply_text(1)

@@ -8,7 +8,7 @@ Formats, detected from the content (not the file name):
 - OTLP JSON: an ExportTraceServiceRequest (``{"resourceSpans": [...]}``), the Collector file
   exporter's one-request-per-line output, or Jaeger's ``/api/v3/traces`` answer
   (``{"result": {"resourceSpans": [...]}}``). These go through the processor's own
-  ``spans_to_trajectory`` so a file and a live trace give the same Trajectory.
+  ``otel_blame.conventions`` so a file and a live trace give the same Trajectory.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def _trajectory_and_spans_from_otlp_json(
     text: str, source: str | None = None
 ) -> tuple[Trajectory, list[Any]]:
     from otel_blame import otlp_json
-    from otel_blame.spans_to_trajectory import trace_ids, trajectory_from_spans
+    from otel_blame.conventions import trace_ids, trajectory_from_spans
 
     try:
         documents = list(otlp_json.iter_json_documents(text))
@@ -206,8 +206,8 @@ def _trajectory_and_spans_from_otlp_json(
 
 def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] = ()) -> Trajectory:
     """In-memory OpenTelemetry SDK spans (and log records) -> Trajectory, through the same
-    ``spans_to_trajectory`` the processor uses for spans it receives."""
-    from otel_blame.spans_to_trajectory import sdk_logs_to_proto, sdk_spans_to_proto, trajectory_from_spans
+    ``otel_blame.conventions`` the processor uses for spans it receives."""
+    from otel_blame.conventions import sdk_logs_to_proto, sdk_spans_to_proto, trajectory_from_spans
 
     resource_logs = sdk_logs_to_proto(log_records) if log_records else []
     return trajectory_from_spans(sdk_spans_to_proto(spans), resource_logs)
@@ -379,7 +379,7 @@ def recorded_blame(
 ) -> tuple[Attribution | None, dict[int, float]]:
     """The ``blame.*`` the processor wrote on these spans, as an Attribution, and each step's score."""
     from otel_blame import semconv as sc
-    from otel_blame.spans_to_trajectory import attributes_to_dict
+    from otel_blame.conventions import attributes_to_dict
 
     step_of_span = {step.span_id: step.index for step in trajectory.steps if step.span_id}
     verdict: dict[str, Any] | None = None

@@ -1,4 +1,10 @@
-"""Where spans become a Trajectory: kept importable here; the code lives in :mod:`otel_blame.conventions`."""
+"""Deprecated: import from :mod:`otel_blame.conventions` instead (where spans become a Trajectory).
+
+Kept importable for code written against it; importing it warns (``DeprecationWarning``).
+Nothing inside otel-blame imports it.
+"""
+
+import warnings
 
 from otel_blame.conventions import (
     BuildNotes,
@@ -13,6 +19,12 @@ from otel_blame.conventions import (
     trace_ids,
     trajectories_from_spans,
     trajectory_from_spans,
+)
+
+warnings.warn(
+    "otel_blame.spans_to_trajectory is deprecated; import from otel_blame.conventions instead",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any
 from autogen import ConversableAgent, GroupChat, GroupChatManager
 from autogen.coding import LocalCommandLineCodeExecutor
 
-from otel_blame.instrument import OtelBlameInstrumentor, attribute_current_task, set_outcome, task
+from otel_blame.instrumentation import OtelBlameInstrumentor, attribute_current_task, set_outcome, task
 
 ROLES = {
     "planner": "You are planner. Break the task into numbered 'name = expression' steps for the coder.",

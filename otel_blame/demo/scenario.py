@@ -238,7 +238,13 @@ def run_tasks(
 
     Instruments the ``autogen`` package for the duration and restores it afterwards.
     """
-    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration, set_outcome, task
+    from otel_blame.instrumentation import (
+        OtelBlameInstrumentor,
+        configure,
+        reset_configuration,
+        set_outcome,
+        task,
+    )
 
     script = ScenarioScript()
     results: list[TaskRunResult] = []

@@ -1,12 +1,13 @@
-"""The documented public API of otel-blame's instrumentation (kept stable).
+"""Deprecated: import from :mod:`otel_blame.instrumentation` instead.
 
-The implementation lives in :mod:`otel_blame.instrumentation`; this module re-exports it, so
-``from otel_blame.instrument import task, record_message, set_outcome, OtelBlameInstrumentor``
-keeps working.
+Kept so that ``from otel_blame.instrument import task, record_message, set_outcome,
+OtelBlameInstrumentor`` keeps working for apps written against it; importing it warns
+(``DeprecationWarning``). Nothing inside otel-blame imports it.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from otel_blame.instrumentation import (
@@ -24,6 +25,12 @@ from otel_blame.instrumentation import (
     reset_configuration,
     set_outcome,
     task,
+)
+
+warnings.warn(
+    "otel_blame.instrument is deprecated; import from otel_blame.instrumentation instead",
+    DeprecationWarning,
+    stacklevel=2,
 )
 
 __all__ = [

@@ -10,6 +10,8 @@ the app's call goes on untouched (see :mod:`otel_blame.instrumentation._safety`)
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +31,8 @@ class Around:
     site: str
     enter: Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Opened | None]
     leave: Callable[[Any, Any, BaseException | None], Any]
+    #: for generators: called with each item before it is handed on
+    each: Callable[[Any, Any], None] | None = None
 
     def _open(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Opened | None:
         try:
@@ -37,12 +41,35 @@ class Around:
             HOOK_ERRORS.record(self.site)
             return None
 
+    def _item(self, state: Any, item: Any) -> None:
+        if self.each is not None:
+            try:
+                self.each(state, item)
+            except Exception:
+                HOOK_ERRORS.record(self.site)
+
     def _close(self, state: Any, result: Any, error: BaseException | None) -> Any:
         try:
             return self.leave(state, result, error)
         except Exception:
             HOOK_ERRORS.record(self.site)
             return result
+
+    def decorate(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` wrapped (a coroutine function stays one); ``enter`` gets no instance."""
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def call_async(*args: Any, **kwargs: Any) -> Any:
+                return await self.coroutine(function, None, args, kwargs)
+
+            return call_async
+
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.sync(function, None, args, kwargs)
+
+        return call
 
     def sync(self, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         opened = self._open(wrapped, instance, args, kwargs)
@@ -74,11 +101,18 @@ class Around:
             yield from wrapped(*args, **kwargs)
             return
         state, args, kwargs = opened
+        items = wrapped(*args, **kwargs)
         try:
-            yield from wrapped(*args, **kwargs)
+            for item in items:
+                self._item(state, item)
+                yield item
         except BaseException as error:
             self._close(state, None, None if isinstance(error, GeneratorExit) else error)
             raise
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # a consumer that stops early stops the app's generator too
         self._close(state, None, None)
 
     async def async_generator(
@@ -90,10 +124,16 @@ class Around:
                 yield item
             return
         state, args, kwargs = opened
+        items = wrapped(*args, **kwargs)
         try:
-            async for item in wrapped(*args, **kwargs):
+            async for item in items:
+                self._item(state, item)
                 yield item
         except BaseException as error:
             self._close(state, None, None if isinstance(error, GeneratorExit) else error)
             raise
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()  # a consumer that stops early stops the app's generator too
         self._close(state, None, None)

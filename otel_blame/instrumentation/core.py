@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import functools
 import inspect
 import json
 import logging
@@ -263,26 +262,18 @@ class task:  # noqa: N801 - used like a function: ``with task("name"):`` / ``@ta
 
     # -- decorator -------------------------------------------------------------------------
     def __call__(self, function: F) -> F:
-        def fresh() -> task:
-            return task(
+        def enter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            scope = task(
                 self.name, self.input, self.expected_output, self.conversation_id, attributes=self.attributes
             )
+            scope.__enter__()
+            return scope, args, kwargs
 
-        if inspect.iscoroutinefunction(function):
+        def leave(scope: task, result: Any, error: BaseException | None) -> Any:
+            scope.__exit__(type(error) if error else None, error, None)
+            return result
 
-            @functools.wraps(function)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with fresh():
-                    return await function(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with fresh():
-                return function(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        return Around("task", enter, leave).decorate(function)  # type: ignore[return-value]
 
     # -- internals -------------------------------------------------------------------------
     def _start(self) -> TaskRun | None:
@@ -439,6 +430,26 @@ def _offered(
     return interception.offer(outgoing)
 
 
+def _sent(
+    run: TaskRun | None,
+    agent: Any,
+    content: Any,
+    kind: Any,
+    tool_name: Any,
+    message: Any,
+    source: str | None,
+    intercept: bool,
+) -> tuple[str | None, Any]:
+    """A step's text and tool name as they go out: through the interceptor when ``intercept``."""
+    text = _text_of(content)
+    if intercept and text is not None:
+        outgoing = content if message is None else message
+        changed = _offered(run, agent_name(agent), _kind_of(kind).value, text, outgoing, tool_name, source)
+        if changed is not None:
+            return changed.text, changed.tool_name or tool_name
+    return text, tool_name
+
+
 def offer_tool_call(
     agent: Any,
     arguments: Any,
@@ -456,6 +467,22 @@ def offer_tool_call(
     kind = interception.HANDOFF if handoff else interception.TOOL_CALL
     text = arguments if isinstance(arguments, str) else to_text(arguments)
     return _offered(run, agent_name(agent), kind, text, message, tool_name, source)
+
+
+def offer_message(
+    agent: Any,
+    text: str,
+    *,
+    kind: StepKind | str = StepKind.MESSAGE,
+    message: Any = None,
+    tool_name: Any = None,
+    source: str | None = None,
+    task: TaskRun | None = None,
+) -> OutgoingMessage | None:
+    """A message offered on the message path where it leaves its agent, for a hook that records its
+    step later (with ``intercept=False``): the changed copy for the hook to apply, else None."""
+    run = task if task is not None else _CURRENT_TASK.get()
+    return _offered(run, agent_name(agent), _kind_of(kind).value, text, message, tool_name, source)
 
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -491,20 +518,7 @@ def record_message(
     is still emitted, without a step index. Never raises.
     """
     run = task if task is not None else _CURRENT_TASK.get()
-    text = _text_of(content)
-    if intercept and text is not None:
-        step_kind = _kind_of(kind)
-        changed = _offered(
-            run,
-            agent_name(agent),
-            step_kind.value,
-            text,
-            content if message is None else message,
-            tool_name,
-            source,
-        )
-        if changed is not None:
-            text, tool_name = changed.text, changed.tool_name or tool_name
+    text, tool_name = _sent(run, agent, content, kind, tool_name, message, source, intercept)
     _record_message(
         run,
         agent,
@@ -791,19 +805,9 @@ class AgentTurn:
             )
         if agent is not None:
             self.agent = agent_name(agent)
-        text = _text_of(content)
-        if intercept and text is not None:
-            changed = _offered(
-                self.run,
-                self.agent,
-                _kind_of(kind).value,
-                text,
-                content if message is None else message,
-                tool_name,
-                self.source,
-            )
-            if changed is not None:
-                text, tool_name = changed.text, changed.tool_name or tool_name
+        text, tool_name = _sent(
+            self.run, self.agent, content, kind, tool_name, message, self.source, intercept
+        )
         self._answer(text, role, kind, tool_name, tool_calls, tool_call_id, is_error, attributes)
         return text if text is not None else ""
 
@@ -958,15 +962,8 @@ def _leave_tool(turn: AgentTurn, name: str, result: Any, error: BaseException | 
 
 
 def _as_tool_function(turn: AgentTurn, function: Callable[..., Any], tool_call_id: Any) -> Callable[..., Any]:
-    around = Around(
+    return Around(
         "agent_turn.as_tool",
         lambda wrapped, _instance, args, kwargs: _enter_tool(turn, wrapped, tool_call_id, args, kwargs),
         lambda name, result, error: _leave_tool(turn, name, result, error),
-    )
-    call = around.coroutine if inspect.iscoroutinefunction(function) else around.sync
-
-    @functools.wraps(function)
-    def tool(*args: Any, **kwargs: Any) -> Any:
-        return call(function, None, args, kwargs)
-
-    return tool
+    ).decorate(function)

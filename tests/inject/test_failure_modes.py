@@ -13,14 +13,15 @@ from otel_blame.cli import main
 pytest.importorskip("autogen")
 pytestmark = pytest.mark.slow  # each campaign starts an app process
 
+# messages recorded after they were delivered (intercept=False): nothing the interceptor could change
 PLAIN_APP = """
-from otel_blame.instrument import agent_turn, record_message, set_outcome, task
+from otel_blame.instrumentation import agent_turn, record_message, set_outcome, task
 
 def run_one(seed=0):
     with task("plain", input="What is 2 + 2?"):
-        record_message("user", "What is 2 + 2?", role="user")
+        record_message("user", "What is 2 + 2?", role="user", intercept=False)
         with agent_turn("solver") as turn:
-            turn.answer("4")
+            turn.answer("4", intercept=False)
         set_outcome(True, final_output="4")
 """
 

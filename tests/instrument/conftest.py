@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_blame import semconv
-from otel_blame.instrument import configure, reset_configuration
+from otel_blame.instrumentation import configure, reset_configuration
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 
 
@@ -60,7 +60,7 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
 @pytest.fixture
 def instrumented(spans: Spans, monkeypatch: pytest.MonkeyPatch) -> Iterator[Spans]:
     """The instrumentor switched on (all frameworks) for one test, then switched off again."""
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     monkeypatch.delenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", raising=False)
     instrumentor = OtelBlameInstrumentor()

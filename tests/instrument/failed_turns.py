@@ -9,7 +9,7 @@ import json
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 
 
 def assert_failed_turn_is_error_step(spans, agent: str, error_type: str, kind: str = "message"):

@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import task
+from otel_blame.instrumentation import task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -145,7 +145,7 @@ def test_uninstrument_restores_the_originals(spans):
     from ag2.agent import Agent
     from ag2.task import Task
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     patched = [
         (Agent, "_drive_scope"),
@@ -197,3 +197,51 @@ def test_an_ag2_task_is_the_root_and_its_lifecycle_the_outcome(instrumented):
     assert root.attributes[semconv.TASK_OUTCOME_REASON] == "LookupError: no data"
     assert root.status.status_code is StatusCode.ERROR
     assert [s.attributes[semconv.GEN_AI_AGENT_NAME] for s in spans.steps()] == ["user", "lead"]
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_what_the_tool_and_the_next_model_call_get(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "lead", "6*7", "7*7"),
+        ("message", "worker", "42", "41"),
+    )
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(rewriter):
+        reply = asyncio.run(_build(llm).ask("Compute 6*7 with help."))
+        assert "What is 7*7?" in sent_to_model(llm, 1)  # the worker was asked the changed question
+        assert "41" in sent_to_model(llm, 2) and "42" not in sent_to_model(llm, 2)
+    assert reply.body == "The worker says 42."  # scripted: the model's own last words
+    assert rewriter.unused == []
+    summary = _summary(spans.steps())
+    assert summary[2] == ("worker", "message", "41") and summary[3] == ("lead", "tool", "41")
+    call = json.loads(spans.steps()[1].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert json.loads(call["arguments"]) == {"question": "What is 7*7?"}
+    assert {o.framework for o in rewriter.seen} == {"ag2"}
+
+
+def test_a_changed_tool_result_reaches_the_model(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    rewriter = Rewriter(("tool", "lead", "42", "40"))
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(rewriter):
+        asyncio.run(_build(llm).ask("Compute 6*7 with help."))
+        assert "40" in sent_to_model(llm, 2)
+    assert _summary(instrumented.steps())[3] == ("lead", "tool", "40")
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(raising):
+        reply = asyncio.run(_build(llm).ask("Compute 6*7 with help."))
+    assert reply.body == "The worker says 42."
+    assert _summary(instrumented.steps()) == EXPECTED
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import (
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import (
     agent_turn,
     current_trace_id,
     last_trace_id,
@@ -19,7 +20,6 @@ from otel_blame.instrument import (
     set_outcome,
     task,
 )
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 
 

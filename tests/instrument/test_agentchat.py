@@ -15,8 +15,8 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -534,3 +534,49 @@ def test_with_a_global_tracer_provider_turns_nest_under_agentchats_own_spans(
         assert (agentchats.instrumentation_scope.name, agentchats.name) == ("autogen-core", turn.name)
     assert request.parent.span_id == tool.parent.span_id == researcher_turn.context.span_id
     _assert_model_calls_nest_under_turns(spans, ["researcher", "reviewer"])
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_what_the_tool_and_the_next_agent_get(instrumented, calls):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "researcher", "Paris", "Rome"), ("tool", "researcher", "sunny", "rainy")
+    )
+    with ScriptedLLM(ROUND_ROBIN_SCRIPT) as llm, intercept_messages(rewriter):
+        result = asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
+        assert "Rome: rainy, 21 C" in sent_to_model(llm, 1)  # the reviewer got the changed result
+    assert rewriter.unused == []
+    assert result.messages[1].content[0].arguments == '{"city": "Rome"}'
+    summary = _summary(spans.steps())
+    assert summary[2] == ("researcher", "tool", "execute_tool lookup_weather", "Rome: rainy, 21 C")
+    assert [(o.kind, o.step) for o in rewriter.changed] == [("tool_call", 1), ("tool", 2)]
+    assert {o.framework for o in rewriter.seen} == {"agentchat"}
+
+
+def test_a_changed_message_reaches_the_next_agent(instrumented, calls):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    script = ["Paris is sunny.", "APPROVE: sunny it is."]
+    rewriter = Rewriter(("message", "researcher", "sunny", "snowy"))
+    with ScriptedLLM(script) as llm, intercept_messages(rewriter):
+        result = asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
+        assert "Paris is snowy." in sent_to_model(llm, 1) and "Paris is sunny." not in sent_to_model(llm, 1)
+    assert result.messages[1].content == "Paris is snowy."
+    assert _summary(instrumented.steps())[1][3] == "Paris is snowy."
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(ROUND_ROBIN_SCRIPT) as llm, intercept_messages(raising):
+        asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
+    assert _summary(instrumented.steps()) == ROUND_ROBIN_STEPS
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

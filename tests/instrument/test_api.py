@@ -11,7 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import (
+from otel_blame.instrumentation import _executor as executor_context
+from otel_blame.instrumentation import (
     configure,
     current_task,
     hook_error_count,
@@ -19,7 +20,6 @@ from otel_blame.instrument import (
     set_outcome,
     task,
 )
-from otel_blame.instrumentation import _executor as executor_context
 from otel_blame.redaction import Redactor
 
 
@@ -350,3 +350,56 @@ def test_odd_tool_calls_are_kept(spans):
         {"type": "tool_call", "name": "unknown", "arguments": "raw call text"},
         {"type": "tool_call", "name": "direct", "arguments": '{"x": 1}'},
     ]
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_messages_tool_calls_and_results(spans):
+    from otel_blame.instrumentation import agent_turn
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter
+
+    rewriter = Rewriter(
+        ("message", "planner", "6*7", "7*7"),
+        ("tool_call", "coder", '"a": 6', '"a": 7'),
+        ("tool", "coder", "49", "48"),
+        ("message", "coder", "is 48", "is 47"),
+    )
+    got = []
+
+    def multiply(a: int, b: int) -> int:
+        got.append((a, b))
+        return a * b
+
+    with intercept_messages(rewriter), task("t") as run:
+        assert record_message("planner", "compute 6*7") == "compute 7*7"
+        with agent_turn("coder") as turn:
+            assert turn.as_tool(multiply)(6, b=7) == "48"  # the changed result, as text
+        with agent_turn("coder") as turn:
+            assert turn.answer("it is 48") == "it is 47"
+    assert got == [(7, 7)] and rewriter.unused == []
+    assert [_content(s) for s in spans.steps()] == ["compute 7*7", "48", "it is 47"]
+    assert spans.steps()[1].name == "execute_tool multiply"
+    assert [(o.kind, o.step, o.agent, o.framework) for o in rewriter.seen] == [
+        ("message", 0, "planner", "api"),
+        ("tool_call", 1, "coder", "api"),
+        ("tool", 1, "coder", "api"),
+        ("message", 2, "coder", "api"),
+    ]
+    assert rewriter.seen[1].tool_name == "multiply" and json.loads(rewriter.seen[1].text) == {"a": 6, "b": 7}
+    assert run.remembered_steps()[0].content == "compute 7*7"
+
+
+def test_an_interceptor_that_raises_changes_nothing(spans):
+    from otel_blame.instrumentation import agent_turn
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with intercept_messages(raising), task("t"):
+        assert record_message("planner", "compute 6*7") == "compute 6*7"
+        with agent_turn("coder") as turn:
+            assert turn.as_tool(lambda a, b: a * b)(6, 7) == 42
+    assert [_content(s) for s in spans.steps()] == ["compute 6*7", "42"]
+    assert HOOK_ERRORS.by_site() == {"intercept": 3}

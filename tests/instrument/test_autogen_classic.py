@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, set_outcome, task
-from otel_blame.spans_to_trajectory import trajectory_from_spans
+from otel_blame.conventions import trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, set_outcome, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import RecordingOTLPSink, ScriptedLLM
 
@@ -256,7 +256,7 @@ def test_with_ag2_builtin_tracing_on_our_steps_are_not_duplicated(instrumented, 
 def test_uninstrument_restores_the_originals(spans, monkeypatch):
     from autogen.agentchat.conversable_agent import ConversableAgent
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     names = ["_process_message_before_send", "generate_reply", "initiate_chat", "a_initiate_chat", "run"]
     before = {name: ConversableAgent.__dict__[name] for name in names}
@@ -282,7 +282,7 @@ def test_uninstrument_restores_the_originals(spans, monkeypatch):
 def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, expected):
     from autogen.agentchat.conversable_agent import ConversableAgent
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     original = ConversableAgent.__dict__["_process_message_before_send"]
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", disabled)
@@ -302,7 +302,7 @@ def test_disabled_instrumentations_are_honoured(spans, monkeypatch, disabled, ex
 def test_trajectory_with_ag2_builtin_tracing_has_one_step_per_message(instrumented, tmp_path):
     from autogen.opentelemetry import instrument_agent
 
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+    from otel_blame.conventions import sdk_spans_to_proto
 
     spans = instrumented
     with ScriptedLLM(SCRIPT) as llm:
@@ -330,3 +330,61 @@ def test_async_group_chat_with_code_executor(instrumented, tmp_path):
     root = spans.root()
     manager = _manager_turn(spans, root)
     assert all(s.parent.span_id == manager.context.span_id for s in steps[1:])
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def _multiply_chat(llm, got):
+    from autogen import ConversableAgent, register_function
+
+    assistant = ConversableAgent("assistant", llm_config=llm_config(llm), human_input_mode="NEVER")
+    user = ConversableAgent("user", llm_config=False, human_input_mode="NEVER", default_auto_reply="thanks")
+
+    def multiply(a: int, b: int) -> int:
+        got.append((a, b))
+        return a * b
+
+    register_function(multiply, caller=assistant, executor=user, description="multiply two numbers")
+    return user, assistant
+
+
+def test_the_message_path_changes_what_the_recipient_and_the_tool_get(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+    from tests.support import Reply
+
+    spans = instrumented
+    script = [Reply(tool_calls=[{"id": "call_1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]), "42"]
+    got = []
+    rewriter = Rewriter(
+        ("message", "user", "6*7?", "7*7?"),
+        ("tool_call", "assistant", '"a": 6', '"a": 7'),
+        ("tool", "user", "49", "48"),
+    )
+    with ScriptedLLM(script) as llm, intercept_messages(rewriter):
+        user, assistant = _multiply_chat(llm, got)
+        result = user.initiate_chat(assistant, message="6*7?", max_turns=2, silent=True)
+        assert "7*7?" in sent_to_model(llm, 0) and "6*7?" not in sent_to_model(llm, 0)
+        assert "48" in sent_to_model(llm, 1)
+    assert got == [(7, 7)] and rewriter.unused == []
+    assert result.chat_history[0]["content"] == "7*7?"
+    steps = spans.steps()
+    assert _text(steps[0]) == "7*7?"
+    call = json.loads(steps[1].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][-1]
+    assert json.loads(call["arguments"]) == {"a": 7, "b": 7}
+    assert "48" in json.loads(steps[2].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]["response"]
+    assert [(o.kind, o.step) for o in rewriter.changed] == [("message", 0), ("tool_call", 1), ("tool", 2)]
+    assert {o.framework for o in rewriter.seen} == {"autogen"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented, tmp_path):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(raising):
+        chat = build_group_chat(llm, tmp_path)
+        result = chat.planner.initiate_chat(chat.manager, message=QUESTION, silent=True)
+    _chat_history_matches(instrumented.steps(), result.chat_history)
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -16,8 +16,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -326,3 +326,45 @@ def test_a_hook_error_does_not_break_the_crew(instrumented, calls, monkeypatch):
         ("researcher", "message"),
         ("writer", "message"),
     ]
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_what_the_tool_and_the_next_agent_get(instrumented, calls):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "researcher", "Paris", "Rome"),
+        ("tool", "researcher", "sunny", "rainy"),
+        ("message", "researcher", "21 C", "12 C"),
+    )
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm, intercept_messages(rewriter):
+        result = _crew(llm, calls).kickoff()
+        assert "Rome: rainy, 21 C" in sent_to_model(llm, 1)  # the tool ran on Rome; the model got the change
+        assert "Paris: sunny, 12 C" in sent_to_model(llm, 2)  # the writer got the researcher's changed answer
+    assert rewriter.unused == []
+    assert result.tasks_output[0].raw == "Paris: sunny, 12 C"
+    summary = _summary(spans.steps())
+    assert summary[1] == ("researcher", "tool", "Rome: rainy, 21 C")
+    assert summary[2] == ("researcher", "message", "Paris: sunny, 12 C")
+    assert [(o.kind, o.step) for o in rewriter.changed] == [("tool_call", 0), ("tool", 1), ("message", 2)]
+    assert {o.framework for o in rewriter.seen} == {"crewai"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm, intercept_messages(raising):
+        result = _crew(llm, calls).kickoff()
+    assert result.raw == "It is sunny in Paris today, 21 C."
+    assert [s[2] for s in _summary(instrumented.steps())][1:] == [
+        "Paris: sunny, 21 C",
+        "Paris: sunny, 21 C",
+        "It is sunny in Paris today, 21 C.",
+    ]
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

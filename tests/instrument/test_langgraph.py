@@ -9,7 +9,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import task
+from otel_blame.instrumentation import task
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
@@ -92,7 +92,7 @@ def _input():
 
 
 def test_a_graph_run_makes_one_ordered_step_per_message_under_one_root(instrumented):
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+    from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 
     spans = instrumented
     with ScriptedLLM(SCRIPT) as llm:
@@ -211,7 +211,7 @@ def test_a_hook_error_does_not_break_the_run(instrumented, monkeypatch):
 def test_uninstrument_restores_the_originals(spans):
     from langgraph.pregel import Pregel
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     names = ("invoke", "ainvoke", "stream", "astream")
     originals = [Pregel.__dict__[name] for name in names]
@@ -268,7 +268,7 @@ def test_subgraphs_and_graphs_called_from_nodes_add_only_new_messages(instrument
 def test_the_langgraph_part_can_be_disabled(spans, monkeypatch):
     from langgraph.pregel import Pregel
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "otel_blame_langgraph")
     original = Pregel.__dict__["invoke"]
@@ -355,3 +355,42 @@ def test_a_command_handoff_streamed_async_and_a_stream_stopped_early(instrumente
     roots = instrumented.roots()
     assert len(roots) == 2
     assert all(root.status.status_code is StatusCode.UNSET for root in roots)
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_what_the_next_node_and_the_tool_get(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    asked = []
+    rewriter = Rewriter(
+        ("message", "planner", "look up", "guess"),
+        ("tool_call", "researcher", "Paris", "Lyon"),
+        ("tool", None, "2100000", "2200000"),
+    )
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(rewriter):
+        _build(llm, lookup=lambda city: asked.append(city) or 2_100_000).invoke(_input())
+        assert "guess the population" in sent_to_model(llm, 1) and "look up" not in sent_to_model(llm, 1)
+        assert "2200000" in sent_to_model(llm, 2)
+    assert asked == ["Lyon"] and rewriter.unused == []
+    summary = _summary(spans.steps())
+    assert summary[1] == ("planner", "message", "Plan: guess the population, then answer.")
+    assert summary[3] == ("tools", "tool", "2200000")
+    call = json.loads(spans.steps()[2].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert call["arguments"] == '{"city": "Lyon"}'
+    assert {(o.kind, o.step) for o in rewriter.changed} == {("message", 1), ("tool_call", 2), ("tool", 3)}
+    assert {o.framework for o in rewriter.seen} == {"langgraph"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    spans = instrumented
+    with ScriptedLLM(SCRIPT) as llm, intercept_messages(raising):
+        _build(llm).invoke(_input())
+    assert _summary(spans.steps()) == EXPECTED
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_blame.instrument import OtelBlameInstrumentor, agent_turn, last_trace_id, record_message
-from otel_blame.instrument import set_outcome, task
+from otel_blame.instrumentation import OtelBlameInstrumentor, agent_turn, last_trace_id, record_message
+from otel_blame.instrumentation import set_outcome, task
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

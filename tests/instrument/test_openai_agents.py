@@ -11,8 +11,8 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from otel_blame import semconv
-from otel_blame.instrument import hook_error_count, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
 from tests.support import Reply, ScriptedLLM
 
@@ -185,7 +185,7 @@ class _EventLog(agents.RunHooks):
 
 
 def test_agent_as_tool_inside_a_user_task_and_the_apps_hooks_see_everything(spans):
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     with ScriptedLLM(CONSULT_SCRIPT) as llm:
         plain = _EventLog()
@@ -441,7 +441,7 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
     from agents.run import AgentRunner
     from agents.run_internal import tool_execution
 
-    from otel_blame.instrument import OtelBlameInstrumentor
+    from otel_blame.instrumentation import OtelBlameInstrumentor
 
     formatter = "maybe_invoke_function_tool_failure_error_function"
     patched = [(AgentRunner.__dict__, "run"), (AgentRunner.__dict__, "run_streamed")]
@@ -465,3 +465,45 @@ def test_uninstrument_restores_and_the_part_can_be_disabled(spans, monkeypatch):
         assert all(owner[name] is o for (owner, name), o in zip(patched, originals, strict=True))
     finally:
         instrumentor.uninstrument()
+
+
+# -- the message path -----------------------------------------------------------------------------
+
+
+def test_the_message_path_changes_tool_calls_results_handoffs_and_answers(instrumented):
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import Rewriter, sent_to_model
+
+    spans = instrumented
+    rewriter = Rewriter(
+        ("tool_call", "researcher", "Paris", "Rome"),
+        ("tool", "researcher", "sunny", "rainy"),
+        ("message", "writer", "21 C", "12 C"),
+    )
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm, intercept_messages(rewriter):
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+        assert "Rome: rainy, 21 C" in sent_to_model(llm, 2)  # the model saw the changed call's result
+    assert rewriter.unused == []
+    assert result.final_output == "Paris is sunny, 12 C."
+    summary = _summary(spans.steps())
+    assert summary[4] == ("researcher", "tool", "execute_tool lookup_weather", "Rome: rainy, 21 C")
+    assert summary[7][3] == "Paris is sunny, 12 C."
+    call = json.loads(spans.steps()[3].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert json.loads(call["arguments"]) == {"city": "Rome"}
+    assert [o.kind for o in rewriter.seen if o.tool_name and o.tool_name.startswith("transfer_to_")] == [
+        "handoff",
+        "handoff",
+    ]
+    assert {o.framework for o in rewriter.seen} == {"openai_agents"}
+
+
+def test_an_interceptor_that_raises_changes_nothing(instrumented):
+    from otel_blame.instrumentation._safety import HOOK_ERRORS
+    from otel_blame.instrumentation.interception import intercept_messages
+    from tests.instrument.interceptors import raising
+
+    with ScriptedLLM(HANDOFF_SCRIPT) as llm, intercept_messages(raising):
+        result = agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+    assert result.final_output == "Paris is sunny, 21 C."
+    assert _summary(instrumented.steps()) == HANDOFF_STEPS
+    assert set(HOOK_ERRORS.by_site()) == {"intercept"}

@@ -318,7 +318,7 @@ def _assert_no_secret_in(dumped: str) -> None:
 
 
 def test_instrumentation_masks_every_format_in_span_attributes(spans):
-    from otel_blame.instrument import configure, record_message, task
+    from otel_blame.instrumentation import configure, record_message, task
 
     configure(max_content_bytes=100_000)
     with task("deploy", input="use " + SECRET_TEXTS[0], expected_output=SECRET_TEXTS[5]):
@@ -345,7 +345,7 @@ def _spans_with_secrets_in_log_records():
     from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 
     from otel_blame import semconv as sc
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+    from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
     from tests.processor.spans import record_agent_run
 
     agents = [(f"Agent{n}", "") for n in range(len(SECRET_TEXTS))]

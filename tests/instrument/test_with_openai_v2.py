@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from otel_blame import semconv
-from otel_blame.instrument import agent_turn, record_message, task
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.instrumentation import agent_turn, record_message, task
 from tests.support import Reply, ScriptedLLM
 
 from .autogen_fixtures import QUESTION, SCRIPT, build_group_chat

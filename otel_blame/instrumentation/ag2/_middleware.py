@@ -22,6 +22,7 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._wrapping import Around
 from otel_blame.instrumentation.core import (
     AgentTurn,
     TaskRun,
@@ -98,26 +99,30 @@ async def task_exit(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         _close_task(instance, exc if isinstance(exc, BaseException) else None)
 
 
-async def task_complete(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    run = _run_of(instance) if _is_running(instance) else None
-    returned = await wrapped(*args, **kwargs)
-    if run is not None:
-        result = args[0] if args else kwargs.get("result")
-        set_outcome(True, final_output=result, task=run)
-    return returned
+def _outcome(success: bool) -> Around:
+    """``Task.complete`` / ``Task.fail`` of a running ag2 task: the outcome of its otel-blame task."""
+
+    def enter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        run = _run_of(instance) if _is_running(instance) else None
+        if run is None:
+            return None
+        given = args[0] if args else kwargs.get("result" if success else "error")
+        return (run, given), args, kwargs
+
+    def leave(state: Any, returned: Any, error: BaseException | None) -> Any:
+        run, given = state
+        if error is None and success:
+            set_outcome(True, final_output=given, task=run)
+        elif error is None:
+            reason = f"{type(given).__name__}: {given}" if isinstance(given, BaseException) else given
+            set_outcome(False, reason=reason, task=run)
+        return returned
+
+    return Around(f"ag2.task_{'complete' if success else 'fail'}", enter, leave)
 
 
-async def task_fail(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    run = _run_of(instance) if _is_running(instance) else None
-    returned = await wrapped(*args, **kwargs)
-    if run is not None:
-        error = args[0] if args else kwargs.get("error")
-        set_outcome(
-            False,
-            reason=f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error,
-            task=run,
-        )
-    return returned
+task_complete = _outcome(True).coroutine
+task_fail = _outcome(False).coroutine
 
 
 class _Factory:

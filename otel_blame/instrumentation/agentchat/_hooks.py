@@ -80,12 +80,8 @@ def _input_text(value: Any) -> str | None:
     return "\n".join(t for t in texts if t) or None
 
 
-def _open_root(name: Any, value: Any) -> task | None:
-    try:
-        return task(name, input=_input_text(value), attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE})
-    except Exception:
-        HOOK_ERRORS.record("agentchat.root")
-        return None
+def _open_root(name: Any, value: Any) -> task:
+    return task(name, input=_input_text(value), attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE})
 
 
 def _note_result(run: TaskRun | None, root: task | None, result: Any) -> None:
@@ -104,30 +100,31 @@ def _note_result(run: TaskRun | None, root: task | None, result: Any) -> None:
         HOOK_ERRORS.record("agentchat.result")
 
 
-async def _run_stream_in_root(name: Any, wrapped: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
-    """Iterate a team's or agent's ``run_stream`` inside a task: the current one, else a root."""
+def _enter_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """A team's or agent's run inside a task: the current one, else a root of its own."""
     value = kwargs.get("task")
+    name = getattr(instance, "name", None) or type(instance).__name__
     root = _open_root(name, value) if current_task() is None else None
     run = root.__enter__() if root is not None else current_task()
     if run is None:  # no task, and none could be opened: the app's run, untouched
-        async for item in wrapped(*args, **kwargs):
-            yield item
-        return
-    error: BaseException | None = None
+        return None
     _record_input(run, value)
-    token = _enclosing_run.set(run)
-    try:
-        async for item in wrapped(*args, **kwargs):
-            if type(item).__name__ == "TaskResult":
-                _note_result(run, root, item)
-            yield item
-    except BaseException as caught:
-        error = caught
-        raise
-    finally:
-        _reset(token)
-        if root is not None:
-            root.__exit__(type(error) if error else None, error, None)
+    return (run, root, _enclosing_run.set(run)), args, kwargs
+
+
+def _leave_run(state: Any, result: Any, error: BaseException | None) -> Any:
+    run, root, token = state
+    _reset(token)
+    if result is not None:
+        _note_result(run, root, result)
+    if root is not None:
+        root.__exit__(type(error) if error else None, error, None)
+    return result
+
+
+def _streamed(state: Any, item: Any) -> None:
+    if type(item).__name__ == "TaskResult":
+        _note_result(state[0], state[1], item)
 
 
 def _reset(token: contextvars.Token) -> None:
@@ -137,36 +134,11 @@ def _reset(token: contextvars.Token) -> None:
         pass  # reset in another context than set (a generator closed elsewhere)
 
 
-def team_run_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    return _run_stream_in_root(
-        getattr(instance, "name", None) or type(instance).__name__, wrapped, args, kwargs
-    )
-
-
-def agent_run_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    return _run_stream_in_root(getattr(instance, "name", None), wrapped, args, kwargs)
-
-
-async def agent_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-    value = kwargs.get("task")
-    root = _open_root(getattr(instance, "name", None), value) if current_task() is None else None
-    run = root.__enter__() if root is not None else current_task()
-    if run is None:
-        return await wrapped(*args, **kwargs)
-    error: BaseException | None = None
-    _record_input(run, value)
-    token = _enclosing_run.set(run)
-    try:
-        result = await wrapped(*args, **kwargs)
-        _note_result(run, root, result)
-        return result
-    except BaseException as caught:
-        error = caught
-        raise
-    finally:
-        _reset(token)
-        if root is not None:
-            root.__exit__(type(error) if error else None, error, None)
+#: ``BaseGroupChat.run_stream``, ``BaseChatAgent.run_stream`` and ``BaseChatAgent.run``
+_run = Around("agentchat.run", _enter_run, _leave_run, each=_streamed)
+team_run_stream = _run.async_generator
+agent_run_stream = _run.async_generator
+agent_run = _run.coroutine
 
 
 # -- agent turns -----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._wrapping import Around
 from otel_blame.instrumentation.core import (
     AgentTurn,
     TaskRun,
@@ -219,25 +220,20 @@ def _tool_failed(tool_responses: Any) -> bool:
     return False
 
 
-def _open_turn(agent: Any) -> AgentTurn | None:
+def _open_turn(wrapped: Any, agent: Any, args: Any, kwargs: Any) -> Any:
     run = current_task()
     if run is None:
         return None
-    try:
-        earlier = _pending.pop(agent, None)
-        if earlier is not None:  # a reply generated and never sent: its turn ends where it returned
-            earlier[0].close(earlier[1])
-        turn = AgentTurn(getattr(agent, "name", None), task=run, source=SOURCE)
-        turn.activate()
-        return turn
-    except Exception:
-        HOOK_ERRORS.record("autogen.generate_reply")
-        return None
+    earlier = _pending.pop(agent, None)
+    if earlier is not None:  # a reply generated and never sent: its turn ends where it returned
+        earlier[0].close(earlier[1])
+    turn = AgentTurn(getattr(agent, "name", None), task=run, source=SOURCE)
+    turn.activate()
+    return (agent, turn), args, kwargs
 
 
-def _reply_generated(agent: Any, turn: AgentTurn | None, reply: Any, error: BaseException | None) -> None:
-    if turn is None:
-        return
+def _reply_generated(state: Any, reply: Any, error: BaseException | None) -> Any:
+    agent, turn = state
     turn.deactivate()
     try:
         if error is not None:
@@ -250,28 +246,13 @@ def _reply_generated(agent: Any, turn: AgentTurn | None, reply: Any, error: Base
     except Exception:
         HOOK_ERRORS.record("autogen.generate_reply")
         turn.close()
-
-
-def generate_reply(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    turn = _open_turn(instance)
-    try:
-        reply = wrapped(*args, **kwargs)
-    except BaseException as error:
-        _reply_generated(instance, turn, None, error)
-        raise
-    _reply_generated(instance, turn, reply, None)
     return reply
 
 
-async def a_generate_reply(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    turn = _open_turn(instance)
-    try:
-        reply = await wrapped(*args, **kwargs)
-    except BaseException as error:
-        _reply_generated(instance, turn, None, error)
-        raise
-    _reply_generated(instance, turn, reply, None)
-    return reply
+#: ``generate_reply`` / ``a_generate_reply``: an agent's turn, open until its reply is sent
+_turn = Around("autogen.generate_reply", _open_turn, _reply_generated)
+generate_reply = _turn.sync
+a_generate_reply = _turn.coroutine
 
 
 # -- task roots --------------------------------------------------------------------------------
@@ -308,38 +289,40 @@ def _note_final_output(run: TaskRun | None, result: Any) -> None:
         run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(summary).text)
 
 
-def _root(sender: Any, recipient: Any, kwargs: Mapping[str, Any]) -> task:
-    return task(
-        _task_name(sender, recipient),
-        input=_initial_input(kwargs),
-        attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
-    )
-
-
 def _recipient(args: Any, kwargs: Any) -> Any:
     return args[0] if args else kwargs.get("recipient")
 
 
+def _open_root(wrapped: Any, sender: Any, args: Any, kwargs: Any) -> Any:
+    """A chat started outside ``task()`` gets a root of its own."""
+    if current_task() is not None:
+        return None
+    root = task(
+        _task_name(sender, _recipient(args, kwargs)),
+        input=_initial_input(kwargs),
+        attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
+    )
+    return (root, root.__enter__()), args, kwargs
+
+
+def _close_root(state: Any, result: Any, error: BaseException | None) -> Any:
+    root, run = state
+    if error is None:
+        _note_final_output(run, result)
+    root.__exit__(type(error) if error else None, error, None)
+    return result
+
+
+_chat = Around("autogen.initiate_chat", _open_root, _close_root)
+a_initiate_chat = _chat.coroutine
+
+
 def initiate_chat(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    recipient = _recipient(args, kwargs)
-    handoff = _pop_handoff(instance, recipient)
+    """``initiate_chat``: in the context ``run`` handed over when this chat runs in its thread."""
+    handoff = _pop_handoff(instance, _recipient(args, kwargs))
     if handoff is not None and current_task() is None:
-        return handoff.run(initiate_chat, wrapped, instance, args, kwargs)
-    if current_task() is not None:
-        return wrapped(*args, **kwargs)
-    with _root(instance, recipient, kwargs) as run:
-        result = wrapped(*args, **kwargs)
-        _note_final_output(run, result)
-        return result
-
-
-async def a_initiate_chat(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    if current_task() is not None:
-        return await wrapped(*args, **kwargs)
-    async with _root(instance, _recipient(args, kwargs), kwargs) as run:
-        result = await wrapped(*args, **kwargs)
-        _note_final_output(run, result)
-        return result
+        return handoff.run(_chat.sync, wrapped, instance, args, kwargs)
+    return _chat.sync(wrapped, instance, args, kwargs)
 
 
 def thread_starter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

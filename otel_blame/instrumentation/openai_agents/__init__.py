@@ -31,6 +31,8 @@ class OpenAIAgentsInstrumentor(FrameworkInstrumentor):
         self._wrap(_RUNNER, "AgentRunner.run_streamed", _hooks.run_streamed)
         self._wrap(_RUNNER, "run_single_turn", _hooks.single_turn)  # imported by name into agents.run
         self._wrap("agents.run_internal.run_loop", "run_single_turn_streamed", _hooks.single_turn)
+        # the model's response before the runner acts on it (imported by name into the run loop)
+        self._wrap("agents.run_internal.run_loop", "get_new_response", _hooks.model_response)
         try:  # private in the SDK: without it, tool results are still steps (point spans in the turn)
             self._wrap(*_hooks.TOOL_EXECUTOR, _hooks.tool_run)
         except (AttributeError, ImportError):

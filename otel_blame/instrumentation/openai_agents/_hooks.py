@@ -28,14 +28,17 @@ from typing import Any
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, name_of, to_text
 from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._wrapping import Around
 from otel_blame.instrumentation.core import (
     AgentTurn,
     TaskRun,
     current_task,
+    offer_message,
     offer_tool_call,
     record_message,
     task,
 )
+from otel_blame.instrumentation.interception import current_interceptor
 
 SOURCE = "openai_agents"
 # the agent turn (one model call and the tools it asked for) the running code is inside
@@ -121,7 +124,25 @@ async def tool_run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     finally:
         _tool_turn.reset(token)
         changed = _changed_results.pop(id(step), None)
-    return result if changed is None else changed  # the model gets what the interceptor made of it
+    if changed is None:
+        return result
+    _change_output_item(instance, kwargs.get("task_state"), changed)
+    return changed
+
+
+@guarded("openai_agents.intercept")
+def _change_output_item(executor: Any, task_state: Any, text: str) -> None:
+    """The tool's output item (what the model gets next) with the interceptor's result: the SDK
+    builds it before ``on_tool_end`` sees the result."""
+    item = getattr(executor, "output_items_by_tool_run", {}).get(id(getattr(task_state, "tool_run", None)))
+    if item is None:
+        return
+    item.output = text
+    raw = item.raw_item
+    if isinstance(raw, dict):
+        raw["output"] = text
+    else:
+        raw.output = text
 
 
 def _open_turn(agent: Any) -> AgentTurn | None:
@@ -135,81 +156,63 @@ def _open_turn(agent: Any) -> AgentTurn | None:
         return None
 
 
-def _unbound(wrapped: Any) -> Any:
-    """The bound method wrapt hands us, called like the plain function ``(runner, *args)``."""
-    return lambda _runner, *args, **kwargs: wrapped(*args, **kwargs)
+def _run_input(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """``(starting_agent, input)`` of a call ``run(starting_agent, input, **options)``."""
+    starting_agent = args[0] if args else kwargs.get("starting_agent")
+    return starting_agent, args[1] if len(args) > 1 else kwargs.get("input")
+
+
+def _enter_in_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    run_ = current_task()
+    kwargs = _install_hooks(run_, _run_input(args, kwargs)[1], kwargs)
+    return _enclosing_run.set(run_), args, kwargs
+
+
+def _leave_in_task(token: Any, result: Any, error: BaseException | None) -> Any:
+    _enclosing_run.reset(token)
+    return result
+
+
+#: a run inside the current task: our hooks in front of the app's
+_in_task = Around("openai_agents.hooks", _enter_in_task, _leave_in_task)
 
 
 async def run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``AgentRunner.run``: our hooks in front of the app's; a task root when none is open."""
-    return await _wrap_run(_unbound(wrapped))(instance, *args, **kwargs)
+    if current_task() is not None:
+        return await _in_task.coroutine(wrapped, instance, args, kwargs)
+    scope = _root_scope(*_run_input(args, kwargs))
+    if scope is None:
+        return await wrapped(*args, **kwargs)
+    async with scope as run_:
+        result = await _in_task.coroutine(wrapped, instance, args, kwargs)
+        _note_final_output(run_, getattr(result, "final_output", None))
+        return result
 
 
 def run_streamed(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``AgentRunner.run_streamed``: as :func:`run`, the root ending when the stream's loop does."""
-    return _wrap_run_streamed(_unbound(wrapped))(instance, *args, **kwargs)
+    if current_task() is not None:
+        return _in_task.sync(wrapped, instance, args, kwargs)
+    scope = _root_scope(*_run_input(args, kwargs))
+    if scope is None:
+        return wrapped(*args, **kwargs)
+    # The stream's loop runs in a background asyncio task that copies the context at creation;
+    # open the root in a copy of the caller's context so the loop sees it and the caller's own
+    # context stays as it was. The root ends when the loop's task does.
+    context = contextvars.copy_context()
 
+    def start() -> tuple[TaskRun | None, Any]:
+        run_ = scope.__enter__()
+        try:
+            return run_, _in_task.sync(wrapped, instance, args, kwargs)
+        except BaseException as error:
+            scope.__exit__(type(error), error, None)
+            raise
 
-def _wrap_run(original: Any) -> Any:
-    async def run(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
-        if current_task() is not None:
-            return await _run_in_task(original, self, starting_agent, input, kwargs)
-        scope = _root_scope(starting_agent, input)
-        if scope is None:
-            return await original(self, starting_agent, input, **kwargs)
-        async with scope as run_:
-            result = await _run_in_task(original, self, starting_agent, input, kwargs)
-            _note_final_output(run_, getattr(result, "final_output", None))
-            return result
-
-    return run
-
-
-async def _run_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
-    run_ = current_task()
-    options = _install_hooks(run_, input, kwargs)
-    token = _enclosing_run.set(run_)
-    try:
-        return await original(runner, starting_agent, input, **options)
-    finally:
-        _enclosing_run.reset(token)
-
-
-def _wrap_run_streamed(original: Any) -> Any:
-    def run_streamed(self: Any, starting_agent: Any, input: Any, **kwargs: Any) -> Any:  # noqa: A002
-        if current_task() is not None:
-            return _streamed_in_task(original, self, starting_agent, input, kwargs)
-        scope = _root_scope(starting_agent, input)
-        if scope is None:
-            return original(self, starting_agent, input, **kwargs)
-        # The stream's loop runs in a background asyncio task that copies the context at
-        # creation; open the root in a copy of the caller's context so the loop sees it and the
-        # caller's own context stays as it was. The root ends when the loop's task does.
-        context = contextvars.copy_context()
-
-        def start() -> tuple[TaskRun | None, Any]:
-            run_ = scope.__enter__()
-            try:
-                return run_, _streamed_in_task(original, self, starting_agent, input, kwargs)
-            except BaseException as error:
-                scope.__exit__(type(error), error, None)
-                raise
-
-        run_, result = context.run(start)
-        _close_with_stream(context, scope, run_, result)
-        return result
-
-    return run_streamed
-
-
-def _streamed_in_task(original: Any, runner: Any, starting_agent: Any, input: Any, kwargs: dict) -> Any:  # noqa: A002
-    run_ = current_task()
-    options = _install_hooks(run_, input, kwargs)
-    token = _enclosing_run.set(run_)
-    try:
-        return original(runner, starting_agent, input, **options)
-    finally:
-        _enclosing_run.reset(token)
+    run_, result = context.run(start)
+    _close_with_stream(context, scope, run_, result)
+    return result
 
 
 def _close_with_stream(context: contextvars.Context, scope: task, run_: TaskRun | None, result: Any) -> None:
@@ -338,7 +341,6 @@ class _StepRecorder:
             if kind == "message":
                 texts.append(_text_of(_field(item, "content")))
             elif kind == "function_call":
-                self._offer_call(agent, item, response)
                 call_id = _field(item, "call_id") or _field(item, "id")
                 name = to_text(_field(item, "name"))
                 arguments = _field(item, "arguments")
@@ -351,44 +353,27 @@ class _StepRecorder:
         turn = _turn.get()
         if turn is not None and not turn.answered and turn.run is self.run and turn.agent == _name_of(agent):
             # the response is the answer of the turn enclosing this model call (its envelope span)
-            sent = turn.answer(
+            turn.answer(
                 content,
                 "assistant",
                 tool_calls=calls or None,
                 attributes=_usage_attributes(response, agent),
                 message=response,
+                intercept=False,  # offered where the model returned it (model_response)
             )
-        else:
-            sent = record_message(
-                _name_of(agent),
-                content,
-                "assistant",
-                tool_calls=calls or None,
-                start_time_ns=started,
-                attributes=_usage_attributes(response, agent),
-                source=SOURCE,
-                task=self.run,
-                message=response,
-            )
-        if content is not None and sent != content:
-            _replace_text(response, sent)
-
-    def _offer_call(self, agent: Any, item: Any, response: Any) -> None:
-        """A function call (a hand-off's too) on the message path before the runner acts on it."""
-        name = to_text(_field(item, "name"))
-        handoff = any(getattr(h, "tool_name", None) == name for h in getattr(agent, "handoffs", None) or ())
-        changed = offer_tool_call(
+            return
+        record_message(
             _name_of(agent),
-            to_text(_field(item, "arguments")),
-            name,
-            message=response,
+            content,
+            "assistant",
+            tool_calls=calls or None,
+            start_time_ns=started,
+            attributes=_usage_attributes(response, agent),
             source=SOURCE,
             task=self.run,
-            handoff=handoff,
+            message=response,
+            intercept=False,
         )
-        if changed is not None:
-            item.arguments = changed.text
-            item.name = changed.tool_name or name
 
     @guarded("openai_agents.tool_start")
     def on_tool_start(self, context: Any, agent: Any, tool: Any, *args: Any, **kwargs: Any) -> None:
@@ -457,6 +442,56 @@ class _StepRecorder:
         )
 
 
+def _enter_model_response(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    turn = _turn.get()
+    if turn is None or turn.run is None or current_interceptor() is None:
+        return None
+    bindings = args[0] if args else kwargs.get("bindings")
+    return (turn, getattr(bindings, "public_agent", None)), args, kwargs
+
+
+def _leave_model_response(state: Any, response: Any, error: BaseException | None) -> Any:
+    if error is None and response is not None:
+        _offer_response(*state, response)
+    return response
+
+
+#: ``get_new_response``: the model's response on the message path as the SDK gets it, before the
+#: runner reads its tool calls, hand-offs and text (a change made later would not reach them)
+model_response = Around(
+    "openai_agents.model_response", _enter_model_response, _leave_model_response
+).coroutine
+
+
+def _offer_response(turn: AgentTurn, agent: Any, response: Any) -> None:
+    name = _name_of(agent) if agent is not None else turn.agent
+    handoffs = {_handoff_tool_name(agent, h) for h in getattr(agent, "handoffs", None) or ()}
+    texts = []
+    for item in getattr(response, "output", None) or ():
+        kind = _field(item, "type")
+        if kind == "message":
+            texts.append(_text_of(_field(item, "content")))
+        elif kind == "function_call":
+            tool_name = to_text(_field(item, "name"))
+            changed = offer_tool_call(
+                name,
+                to_text(_field(item, "arguments")),
+                tool_name,
+                message=response,
+                source=SOURCE,
+                task=turn.run,
+                handoff=tool_name in handoffs,
+            )
+            if changed is not None:
+                item.arguments = changed.text
+                item.name = changed.tool_name or tool_name
+    text = "\n".join(t for t in texts if t)
+    if text:
+        changed = offer_message(name, text, message=response, source=SOURCE, task=turn.run)
+        if changed is not None:
+            _replace_text(response, changed.text)
+
+
 def _replace_text(response: Any, text: str) -> None:
     """The response's text parts changed to ``text`` (in the first part; the others emptied)."""
     first = True
@@ -479,6 +514,8 @@ def _tool_key(context: Any, tool: Any) -> Any:
 
 def _handoff_tool_name(from_agent: Any, to_agent: Any) -> str:
     """The transfer tool the model called: the matching handoff's own name, else the SDK default."""
+    if isinstance(getattr(to_agent, "tool_name", None), str):  # a Handoff itself
+        return to_agent.tool_name
     target = _name_of(to_agent)
     for handoff in getattr(from_agent, "handoffs", None) or ():
         tool_name = getattr(handoff, "tool_name", None)
