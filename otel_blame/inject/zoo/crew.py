@@ -490,7 +490,7 @@ def build_crew(base_url: str, brief: Brief) -> Any:
 
 def run_task(seed: int = 0) -> bool:
     """Prepare one revenue brief (region and quarter drawn from ``seed``); True when its figures are right."""
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     _RESOURCES.forget_requests()  # the server keeps every request; a campaign makes thousands
     brief = brief_for(seed)

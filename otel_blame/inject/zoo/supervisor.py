@@ -843,7 +843,7 @@ def run_task(seed: int = 0) -> bool:
     """Answer one knowledge-base question (drawn from ``seed``) with the graph; True when right."""
     from langchain_core.messages import HumanMessage
 
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     _RESOURCES.forget_requests()  # the server keeps every request; a campaign makes thousands
     question, facts = task_for(seed)

@@ -42,7 +42,7 @@ def run() -> Iterator[Run]:
     from opentelemetry.sdk.trace import TracerProvider
 
     from otel_blame.inject.worker import RunSpans, run_one
-    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+    from otel_blame.instrumentation import OtelBlameInstrumentor, configure, reset_configuration
 
     provider = TracerProvider()
     spans = RunSpans()
