@@ -101,6 +101,12 @@ FAULT_TARGETS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def clean(run: Run) -> dict[str, Any]:
+    """SEED's clean run (what a fault's run is compared with)."""
+    return run(SEED)
+
+
 def _planted_failure(run: Run, kind: str, agent: str, step: int) -> dict[str, Any]:
     """The first fault seed whose run fails (the transformation picks what to change from it)."""
     outcomes = []
@@ -127,9 +133,8 @@ def test_the_fault_kinds_cover_the_apps_declared_ones() -> None:
 
 @pytest.mark.parametrize(("kind", "agent", "step"), FAULT_TARGETS, ids=[k for k, _, _ in FAULT_TARGETS])
 def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
-    run: Run, kind: str, agent: str, step: int
+    run: Run, clean: dict[str, Any], kind: str, agent: str, step: int
 ) -> None:
-    clean = run(SEED)
     result = _planted_failure(run, kind, agent, step)
     planted = result["planted"]
     assert (planted["kind"], planted["agent"], planted["step"]) == (kind, agent, step)
@@ -141,10 +146,9 @@ def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
     ]
 
 
-def test_the_manager_catches_a_writers_slip(run: Run) -> None:
+def test_the_manager_catches_a_writers_slip(run: Run, clean: dict[str, Any]) -> None:
     """A wrong figure in the writer's brief: the manager checks the brief against the analyst's
     figures, delegates the revision once, and the right brief goes out: masked, not failed."""
-    clean = run(SEED)
     net = f"${crew.brief_for(SEED).net:.2f}"
     writer_step = next(s["index"] for s in _steps(clean) if s["agent"] == crew.WRITER)
     for fault_seed in range(1, 21):  # the first seed whose change hits the net revenue

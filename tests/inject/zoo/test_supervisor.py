@@ -111,6 +111,12 @@ FAULT_TARGETS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def clean(run: Run) -> dict[str, Any]:
+    """SEED's clean run (what a fault's run is compared with)."""
+    return run(SEED)
+
+
 def _planted_failure(run: Run, kind: str, agent: str, step: int) -> dict[str, Any]:
     """The first fault seed whose run fails (the transformation picks what to change from it)."""
     tools = ["search_knowledge_base", "calculator"]
@@ -138,9 +144,8 @@ def test_the_fault_kinds_cover_the_apps_declared_ones() -> None:
 
 @pytest.mark.parametrize(("kind", "agent", "step"), FAULT_TARGETS, ids=[k for k, _, _ in FAULT_TARGETS])
 def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
-    run: Run, kind: str, agent: str, step: int
+    run: Run, clean: dict[str, Any], kind: str, agent: str, step: int
 ) -> None:
-    clean = run(SEED)
     result = _planted_failure(run, kind, agent, step)
     planted = result["planted"]
     assert (planted["kind"], planted["agent"], planted["step"]) == (kind, agent, step)
