@@ -32,7 +32,7 @@ from otel_blame.attribution.base import AttributionError
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.reading import CAUSAL_FEATURES, CausalReading
 from otel_blame.attribution.result import Attribution, Candidate, Cost
-from otel_blame.attribution.signals import SIGNAL_NAMES, SIGNALS, ScoringContext
+from otel_blame.attribution.signals import SIGNALS, ScoringContext, Signal
 from otel_blame.attribution.systemic import failure_mode, specification_evidence
 from otel_blame.trajectory import StepKind, Trajectory
 
@@ -57,7 +57,16 @@ STRUCTURE_FEATURES: tuple[str, ...] = (
     "agent_turn",
     "agent_arrival",
 )
-SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{name}" for name in SIGNAL_NAMES)
+# the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
+# enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
+# reports, premature acceptance and the error signals cost more than they added; the causal reading
+# covers errors)
+RANKER_SIGNALS: tuple[Signal, ...] = tuple(
+    signal
+    for signal in SIGNALS
+    if signal.name in ("early_decision", "fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
+)
+SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
 FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES)
 
 # what a person reads for the features that point at a step (the strongest contributions first)
@@ -70,6 +79,7 @@ REASONS: dict[str, str] = {
     "dropped_input": "it left out part of what it was given",
     "override": "it overrode what it was given",
     "unanswered_stop": "it stopped the run before any answer",
+    "stop_mid_run": "it stopped the run in the middle of its work",
     "dependency": "the call failed in the tool or service, not in the agent",
     "result_error": "its result failed",
     "caused_failing_result": "its code or call produced an error",
@@ -153,7 +163,7 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
     reading = read_causally(trajectory)
     graph = reading.graph
     context = ScoringContext.build(trajectory)
-    by_signal = {signal.name: signal.evidence(context) for signal in SIGNALS}
+    by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
     steps = trajectory.steps
     candidates = graph.candidates
     count = len(candidates)
@@ -191,8 +201,8 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
             # the how-many-th turn of its agent, and the how-many-th agent to speak (as 1, 1/2, 1/3 ...)
             row["agent_turn"] = 1.0 / turns[step.agent]
             row["agent_arrival"] = 1.0 / (1 + arrival[step.agent])
-        for name in SIGNAL_NAMES:
-            value = by_signal[name].get(index)
+        for name, found in by_signal.items():
+            value = found.get(index)
             if value:
                 row[f"signal_{name}"] = min(2.0, value)
         for name, found in reading.features.items():

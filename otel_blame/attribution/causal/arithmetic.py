@@ -17,6 +17,10 @@ from otel_blame.attribution.causal.graph import canonical_number, numbers_in
 
 MAX_CODE_CHARS = 2000
 _FENCED = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+# statements plain arithmetic never has: skip the parse (most code is not plain arithmetic)
+_NOT_PLAIN = re.compile(
+    r"^\s*(?:import|from|def|class|for|while|with|if|try|return|async)\b|\.\w+\(", re.MULTILINE
+)
 _BINARY = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -85,7 +89,7 @@ def _printed(node: ast.AST, names: dict[str, float]) -> str:
 def printed_numbers(message: str) -> set[str] | None:
     """The numbers the code in ``message`` prints, or None when it is not plain arithmetic."""
     found = _FENCED.search(message)
-    if found is None or len(found.group(1)) > MAX_CODE_CHARS:
+    if found is None or len(found.group(1)) > MAX_CODE_CHARS or _NOT_PLAIN.search(found.group(1)):
         return None
     try:
         tree = ast.parse(found.group(1))

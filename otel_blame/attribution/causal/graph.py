@@ -16,14 +16,18 @@ from dataclasses import dataclass, field
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
 TASK = -1
-HEAD_CHARS = 3000
-TAIL_CHARS = 1000
+# what is read of a long step (a relayed page, a file): its head and tail, so a step costs bounded time
+HEAD_CHARS = 2000
+TAIL_CHARS = 600
+MAX_NUMBERS = 80  # per step: a table of figures adds nothing after the first rows
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_DIGITS = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{3,60})[\"”]")
-_NAME = re.compile(r"(?<=[a-z0-9,;:(] )[A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*")
-_ASSIGNED = re.compile(r"(?:^|(?<=[\s(]))([A-Za-z_]\w*)\s*=(?![=>])", re.MULTILINE)
+_NAME = re.compile(r"[a-z0-9,;:(] ([A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*)")
+_IDENTIFIER_BEFORE = re.compile(r"([A-Za-z_]\w*)[ \t]*$")
 _CODE_BLOCK = re.compile(r"```")
+_STOPPED = re.compile(r"\bTERMINATE\b|\bSTOP\b")
+_ANSWERED = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
 
 
@@ -42,27 +46,64 @@ def canonical_number(raw: str) -> str:
     return value or "0"
 
 
-_ENUMERATOR = re.compile(r"^\s*\d+[.)]\s|exit ?code:? ?\d+", re.MULTILINE | re.IGNORECASE)
-
-
 def numbers_in(text: str) -> list[str]:
-    """The values a text states (list markers "2. ..." and exit codes are not values)."""
-    if _ENUMERATOR.search(text):
-        text = _ENUMERATOR.sub(" ", text)
-    return [canonical_number(match) for match in _NUMBER.findall(text)]
+    """The values a text states: not list markers ("2. ..." at a line's start), exit codes, or digits
+    inside a word or an identifier. (A plain digit scan checked by hand: several times faster than
+    one regex with look-arounds on long text.)"""
+    found = []
+    size = len(text)
+    for match in _DIGITS.finditer(text):
+        start, end = match.span()
+        before = text[start - 1] if start else " "
+        if before.isalnum() or before in "._":
+            continue
+        raw = match.group().rstrip(",")
+        end = start + len(raw)
+        after = text[end] if end < size else " "
+        if after.isalnum() or after == "_":
+            continue
+        if after in ".)" and (end + 1 >= size or text[end + 1].isspace()):
+            line_start = text.rfind("\n", 0, start) + 1
+            if not text[line_start:start].strip():
+                continue  # "2. do this": a list marker
+        if start < 16 and "xit" in text[:start].lower():
+            continue  # "exitcode: 1" opening a code result
+        found.append(canonical_number(raw))
+        if len(found) >= MAX_NUMBERS:
+            break
+    return found
 
 
 def is_value(token: str) -> bool:
-    return token[:1].isdigit() or (token[:1] == "-" and token[1:2].isdigit())
+    return token[:1].isdigit()
 
 
-def tokens_of(text: str) -> set[str]:
-    """The distinctive bits of a text (see the module docstring)."""
-    found = set(numbers_in(text))
-    found |= {match.lower() for match in _QUOTED.findall(text)}
+def _assigned_names(text: str) -> list[str]:
+    """Names given a value with ``name = ...`` (not ``==``, ``<=``, ``=>``)."""
+    names = []
+    position = text.find("=")
+    while position != -1:
+        if text[position + 1 : position + 2] not in ("=", ">") and text[position - 1 : position] not in (
+            "=",
+            "!",
+            "<",
+            ">",
+        ):
+            found = _IDENTIFIER_BEFORE.search(text, max(0, position - 40), position)
+            if found:
+                names.append(found.group(1))
+        position = text.find("=", position + 1)
+    return names
+
+
+def tokens_of(text: str, numbers: list[str] | None = None) -> set[str]:
+    """The distinctive bits of a text (see the module docstring); ``numbers`` when already read."""
+    found = set(numbers_in(text) if numbers is None else numbers)
+    if '"' in text or "“" in text:
+        found |= {match.lower() for match in _QUOTED.findall(text)}
     found |= {match.lower() for match in _NAME.findall(text)}
-    if "```" in text or "=" in text:
-        found |= {f"={name}" for name in _ASSIGNED.findall(text)}
+    if "=" in text:
+        found |= {f"={name}" for name in _assigned_names(text)}
     return found
 
 
@@ -82,6 +123,7 @@ class RunGraph:
 
     trajectory: Trajectory
     texts: list[str]
+    numbers: list[list[str]]
     tokens: list[set[str]]
     task_tokens: set[str]
     origin: dict[str, int]
@@ -132,7 +174,9 @@ def _answer(trajectory: Trajectory, texts: list[str], candidates: list[int]) -> 
     )
     if trajectory.task.final_output:
         return trajectory.task.final_output, last
-    return (texts[last][-600:] if last is not None else ""), last
+    if last is None or (_STOPPED.search(texts[last][-400:]) and not _ANSWERED.search(texts[last])):
+        return "", last  # the run was stopped before it answered: there is no answer to trace
+    return texts[last][-600:], last
 
 
 def build_graph(trajectory: Trajectory) -> RunGraph:
@@ -144,10 +188,13 @@ def build_graph(trajectory: Trajectory) -> RunGraph:
     task_tokens = tokens_of(trajectory.task.input or "")
     origin: dict[str, int] = dict.fromkeys(task_tokens, TASK)
     tokens: list[set[str]] = []
+    numbers: list[list[str]] = []
     novel: list[set[str]] = []
     uses: list[set[int]] = []
     for step in steps:
-        found = tokens_of(texts[step.index])
+        values = numbers_in(texts[step.index])
+        found = tokens_of(texts[step.index], values)
+        numbers.append(values)
         tokens.append(found)
         fresh = {token for token in found if token not in origin}
         for token in fresh:
@@ -170,6 +217,7 @@ def build_graph(trajectory: Trajectory) -> RunGraph:
     return RunGraph(
         trajectory=trajectory,
         texts=texts,
+        numbers=numbers,
         tokens=tokens,
         task_tokens=task_tokens,
         origin=origin,

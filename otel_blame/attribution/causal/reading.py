@@ -10,7 +10,9 @@ the failure's path. A step's content is *unsupported* when:
   later carries (``dropped_task``, ``dropped_input``);
 - it overrides what it was given (``override``: "Correction: ... should be ...", a name assigned two
   different values);
-- it stops the run before any answer (``unanswered_stop``);
+- it stops the run before any answer while leaving work for others: the request itself, code to run,
+  a plan or a question before the stop word (``unanswered_stop``); any stop the run went on past
+  (``stop_mid_run``);
 - it is a result that does not follow from its call: a failure the call did not cause (a dependency:
   HTTP 429/5xx, a timeout, a failing tool span; or arithmetic code that cannot fail) or a value the
   call's arithmetic does not produce (``dependency``, ``result_contradicts_call``).
@@ -41,6 +43,7 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "override",
     "unanswered_stop",
     "explained_stop",
+    "stop_mid_run",
     "dependency",
     "calls_failed_dependency",
     "result_error",
@@ -50,18 +53,23 @@ CAUSAL_FEATURES: tuple[str, ...] = (
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
-_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
+_LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
+_ANSWER = re.compile(r"final answer|the answer is|answer:")  # on lower-cased text
+# run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
 _OVERRIDE = re.compile(
-    r"^\s*correction\s*:|\bshould (?:be|read|have been) \d|\binstead of \d|\bskip (?:step|item|line) \d"
-    r"|\bignore (?:the|that|step|previous)\b|\bscratch that\b",
-    re.IGNORECASE | re.MULTILINE,
+    r"^[ \t]*correction\s*:|should (?:be|read|have been) \d|instead of \d|skip (?:step|item|line) \d"
+    r"|ignore (?:the|that|step|previous)\b|scratch that\b",
+    re.MULTILINE,
 )
+_OVERRIDE_KEYS = ("correction", "should", "instead", "skip", "ignore", "scratch")
 _ASSIGN_VALUE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d[\d_]*(?:\.\d+)?)\s*$", re.MULTILINE)
 _HARD = re.compile(
     r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:",
     re.IGNORECASE,
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_DIGIT = re.compile(r"\d")
+MAX_STATEMENTS = 16
 _WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
 
 
@@ -112,34 +120,41 @@ def _dependencies(trajectory: Trajectory, graph: RunGraph) -> dict[int, Dependen
 
 
 def _statements(text: str) -> list[set[str]]:
-    """The statements of a message (its lines, or its sentences when it is one line), as word sets."""
-    lines = [line for line in text.splitlines() if line.strip() and not line.strip().startswith("```")]
+    """The statements of a message that give or assign a value (its lines, or its sentences when it is
+    one line), as word sets: prose (a request, thanks) is not carried over, values are."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("```")]
     units = lines if len(lines) >= 2 else _SENTENCE.findall(text)
     found = []
-    for unit in units[:40]:
+    for unit in units[:MAX_STATEMENTS]:
+        if "=" not in unit and not _DIGIT.search(unit):
+            continue
         words = set(_WORD.findall(unit.lower()))
-        # a statement that gives a value or assigns one: prose (a request, thanks) is not carried over
-        if len(words) >= 2 and ("=" in unit or any(char.isdigit() for char in unit)):
+        if len(words) >= 2:
             found.append(words)
     return found
 
 
-def _carried(statement: set[str], lower: str) -> bool:
-    return sum(1 for word in statement if word in lower) >= 0.6 * len(statement)
+def _carried(statement: set[str], words: set[str]) -> bool:
+    return len(statement & words) >= 0.6 * len(statement)
 
 
-def _dropped_input(graph: RunGraph, index: int, given: int | None) -> float:
+def _dropped_input(
+    graph: RunGraph, index: int, given: int | None, statements: dict[int, list[set[str]]]
+) -> float:
     """Statements of the message this step answers that it left out, when it carries most of the rest
-    (it restates or implements that message and dropped part of it)."""
+    (it restates or implements that message and dropped part of it). ``statements`` caches each
+    source's statements (many steps answer the same message)."""
     if given is None:
         return 0.0
-    source = graph.texts[given] if given >= 0 else (graph.trajectory.task.input or "")
-    statements = _statements(source[:3000])
-    if len(statements) < 2:
+    if given not in statements:
+        source = graph.texts[given] if given >= 0 else (graph.trajectory.task.input or "")
+        statements[given] = _statements(source[:3000])
+    found = statements[given]
+    if len(found) < 2:
         return 0.0
-    lower = graph.texts[index].lower()
-    missing = sum(1 for statement in statements if not _carried(statement, lower))
-    if missing == 0 or missing * 2 > len(statements):
+    words = set(_WORD.findall(graph.texts[index].lower()))
+    missing = sum(1 for statement in found if not _carried(statement, words))
+    if missing == 0 or missing * 2 > len(found):
         return 0.0
     return min(1.0, missing / 2)
 
@@ -155,7 +170,7 @@ def _dropped_task(graph: RunGraph) -> dict[int, float]:
     carriers: dict[str, list[int]] = {number: [] for number in task_numbers}
     message_numbers: dict[int, set[str]] = {}
     for index in graph.candidates:
-        present = set(numbers_in(graph.texts[index])) & task_numbers
+        present = set(graph.numbers[index]) & task_numbers
         message_numbers[index] = present
         for number in present:
             carriers[number].append(index)
@@ -171,6 +186,16 @@ def _dropped_task(graph: RunGraph) -> dict[int, float]:
                 found[index] = min(1.0, found.get(index, 0.0) + 0.5)
                 break
     return found
+
+
+_ASKS = re.compile(r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _pending_work(text: str, is_request: bool) -> bool:
+    """A message that stops the run while leaving work for others: the request itself, code to run,
+    a plan, a question or an instruction before the stop word (a closing summary leaves none)."""
+    before = _STOP.split(text[-1500:])[0]
+    return is_request or bool(_ASKS.search(before))
 
 
 def _reassigned(text: str) -> bool:
@@ -199,9 +224,9 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     steps = trajectory.steps
     features: dict[str, dict[int, float]] = {name: {} for name in CAUSAL_FEATURES}
     dependency_at = _dependencies(trajectory, graph)
-    answered = any(_ANSWER.search(graph.texts[index]) for index in graph.candidates) or bool(
-        trajectory.task.final_output
-    )
+    lowers = {index: graph.texts[index].lower() for index in graph.candidates}
+    # whether a step states an answer (a recorded final output may be whatever the last step said)
+    answered = any("answer" in lower and _ANSWER.search(lower) for lower in lowers.values())
     failed_results = {
         step.index
         for step in steps
@@ -215,6 +240,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
         (index for index in graph.candidates if steps[index].kind == StepKind.MESSAGE), default=None
     )
     first_unsupported_seen = False
+    statements: dict[int, list[set[str]]] = {}
     for index in graph.candidates:
         step = steps[index]
         text = graph.texts[index]
@@ -237,17 +263,21 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                 first_unsupported_seen = True
         if index == graph.answer_step:
             features["answer_step"][index] = 1.0
+        if index < len(steps) - _LAST_STEPS and _STOP.search(text[-400:]):
+            features["stop_mid_run"][index] = 1.0  # the run went on past a stop: it was cut or derailed
         if is_message:
-            dropped = _dropped_input(graph, index, _given(graph, index))
+            dropped = _dropped_input(graph, index, _given(graph, index), statements)
             if dropped:
                 features["dropped_input"][index] = dropped
-            if _OVERRIDE.search(text[:3000]) or ("=" in text and _reassigned(text[:3000])):
+            lower = lowers[index][:3000]
+            overrides = any(key in lower for key in _OVERRIDE_KEYS) and _OVERRIDE.search(lower)
+            if overrides or ("=" in text and _reassigned(text[:3000])):
                 features["override"][index] = 1.0
             if _STOP.search(text[-400:]):
                 recent = range(index - 1, max(-1, index - 3), -1)
                 if any(earlier in failed_results or earlier in dependency_at for earlier in recent):
                     features["explained_stop"][index] = 1.0
-                elif not answered and index == last_message:
+                elif not answered and index == last_message and _pending_work(text, index == graph.task_step):
                     features["unanswered_stop"][index] = 1.0
         else:
             call = graph.call_of.get(index)
@@ -265,7 +295,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                     features["caused_failing_result"][call] = 1.0
             elif step.kind == StepKind.CODE_EXECUTION and graph.call_of.get(index) is not None:
                 expected = printed_numbers(graph.texts[graph.call_of[index]])
-                if expected is not None and expected != set(numbers_in(text)):
+                if expected is not None and expected != set(graph.numbers[index]):
                     features["result_contradicts_call"][index] = 1.0
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
