@@ -105,14 +105,14 @@ PLANTED = {
 }
 SEEDS = range(12)
 # the share of these runs whose planted step must be found, per kind (measured 2026-11-25: number
-# 0.83, drop_instruction 0.54, contradict_instruction 0.97, the others 1.0)
+# 0.94, drop_instruction 0.50, contradict_instruction 0.94, the others 1.0)
 FLOORS = {
-    FaultKind.NUMBER: 0.6,
-    FaultKind.DROP_INSTRUCTION: 0.45,
-    FaultKind.CONTRADICT_INSTRUCTION: 0.9,
+    FaultKind.NUMBER: 0.85,
+    FaultKind.DROP_INSTRUCTION: 0.4,
+    FaultKind.CONTRADICT_INSTRUCTION: 0.85,
     FaultKind.TOOL_ERROR: 1.0,
     FaultKind.WRONG_TOOL_RESULT: 1.0,
-    FaultKind.TERMINATE: 0.6,
+    FaultKind.TERMINATE: 0.9,
 }
 
 
