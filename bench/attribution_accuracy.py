@@ -29,16 +29,11 @@ import statistics
 import time
 from pathlib import Path
 
-from otel_blame.attribution.heuristic import (
-    HeuristicAttribution,
-    agent_evidence,
-    choose,
-    gather_evidence,
-    score_evidence,
-)
+from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.attribution.llm_client import LLMSettings
 from otel_blame.attribution.llm_methods import LLM_METHODS
 from otel_blame.attribution.random_baseline import RandomAttribution
+from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.registry import create_method
 from otel_blame.attribution.signals import SIGNAL_NAMES
 from otel_blame.bench.crossval import FIXED, CrossValidation, ablate, cross_validate, load_runs
@@ -199,29 +194,23 @@ def _cpu_median(function, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def _blame_only(method: HeuristicAttribution, trajectory: Trajectory) -> None:
-    """The heuristic's blame alone (signals, scores, choice), without the failure description
-    (``describe_failure``) that ``attribute`` adds."""
-    evidence = gather_evidence(trajectory)
-    choose(score_evidence(evidence, method.weights), method.weights, agent_evidence(evidence, method.weights))
-
-
 def timing_rows(dataset: Path, repeats: int = 50) -> list[str]:
-    """The heuristic's time per 100 steps on the synthetic run and on the dataset's logs, each with
-    same-run baselines: the random method, and reading the same run from its JSON (what any consumer
-    of a trace must do at least). ``attribute`` is timed whole and its blame part alone."""
-    heuristic, random_method = HeuristicAttribution(), RandomAttribution(0)
+    """The offline default's (the ranker's) and the previous default's (``signals``) time per 100
+    steps on the synthetic run and on the dataset's logs, each with same-run baselines: the random
+    method, and reading the same run from its JSON (what any consumer of a trace must do at least)."""
+    methods = (
+        ("ranker (default)", RankerAttribution()),
+        ("signals (previous default)", HeuristicAttribution()),
+    )
+    random_method = RandomAttribution(0)
     synthetic = synthetic_run()
     raw = synthetic.model_dump_json()
-    heuristic.attribute(synthetic)
     r = _cpu_median(lambda: random_method.attribute(synthetic), repeats)
     p = _cpu_median(lambda: Trajectory.model_validate_json(raw), repeats)
     rows = []
-    for what, function in (
-        ("attribute()", lambda: heuristic.attribute(synthetic)),
-        ("blame alone", lambda: _blame_only(heuristic, synthetic)),
-    ):
-        h = _cpu_median(function, repeats)
+    for what, method in methods:
+        method.attribute(synthetic)
+        h = _cpu_median(lambda method=method: method.attribute(synthetic), repeats)
         rows.append(
             f"| synthetic 100-step run ({len(raw):,} bytes of JSON), {what} | {1000 * h:.2f} | "
             f"{1000 * r:.3f} ({h / r:.0f}x) | {1000 * p:.3f} ({h / p:.0f}x) |"
@@ -235,11 +224,8 @@ def timing_rows(dataset: Path, repeats: int = 50) -> list[str]:
 
     r = over_all(random_method.attribute)
     p = _cpu_median(lambda: [Trajectory.model_validate_json(raw) for raw in raws], 5) * 100 / steps
-    for what, function in (
-        ("attribute()", heuristic.attribute),
-        ("blame alone", lambda run: _blame_only(heuristic, run)),
-    ):
-        h = over_all(function)
+    for what, method in methods:
+        h = over_all(method.attribute)
         rows.append(
             f"| the {len(runs)} dataset logs ({steps:,} steps), per 100 steps, {what} | {1000 * h:.2f} | "
             f"{1000 * r:.3f} ({h / r:.0f}x) | {1000 * p:.3f} ({h / p:.0f}x) |"

@@ -7,13 +7,14 @@
 - ``binary_search``: halves the candidate range each call (at most ceil(log2 N) + 1 calls).
 - ``hybrid``: all-at-once for the agent, then step-by-step over that agent's steps only.
 - ``counterfactual`` (ours): the log restructured by agent turn with explicit step indices; the
-  LLM ranks up to three suspects, the offline heuristic adds its top two, and each suspect, earliest
+  LLM ranks up to three suspects, the offline ranker adds its top two, and each suspect, earliest
   first, gets a counterfactual check ("had this step been right, would the run have succeeded, and
   was the failure already inevitable before it?"). The earliest suspect that passes wins.
-- ``guided_check`` (ours): the offline heuristic proposes a few candidate steps; the LLM checks them,
-  earliest first, each against the task, the message it answered and the steps that depend on it,
-  in a view bounded so the whole check costs no more input than all-at-once. The first candidate
-  the LLM confirms wins; if none is confirmed, the heuristic's answer stands (low confidence).
+- ``guided_check`` (ours): the offline ranker (:mod:`otel_blame.attribution.ranker`, the causal
+  reading) proposes its best candidate steps; the LLM checks them, most likely first, each against
+  the task, the message it answered and the steps that depend on it, in a view bounded so the whole
+  check costs no more input than all-at-once. The first candidate the LLM confirms wins; if none is
+  confirmed, the ranker's answer stands (low confidence).
 - ``self_consistency`` (ours): all-at-once sampled five times at temperature 0.7; the majority
   agent, then that agent's most voted step, wins; the vote share is the confidence (5 calls).
 
@@ -30,7 +31,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.attribution.llm_client import LLMClient, LLMSession, Message, estimate_tokens
 from otel_blame.attribution.prompts import (
     PROMPT_OVERHEAD_TOKENS,
@@ -43,6 +43,7 @@ from otel_blame.attribution.prompts import (
     split_to_fit,
     step_tokens,
 )
+from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.trajectory import Trajectory
 
@@ -335,9 +336,9 @@ class Counterfactual(LLMMethod):
             for suspect in ranked.suspects:
                 suspects.setdefault(suspect.step, suspect.reason)
         llm_first = next(iter(suspects))
-        offline = HeuristicAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
+        offline = RankerAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
         for candidate in offline.candidates[:2]:
-            suspects.setdefault(candidate.step, "flagged by offline failure signals")
+            suspects.setdefault(candidate.step, "flagged by the offline causal ranker")
         ordered = sorted(suspects)[: self.max_suspects]
         scores: list[Candidate] = []
         for index in ordered:
@@ -372,8 +373,9 @@ class Counterfactual(LLMMethod):
 class GuidedCheck(LLMMethod):
     """Offline evidence proposes, the LLM disposes: a few candidate steps checked earliest first.
 
-    The heuristic's top ``max_candidates`` distinct steps are checked in log order, one call each,
-    stopping at the first the LLM confirms as the decisive error. Each call shows the task, the
+    The offline ranker's top ``max_candidates`` steps are checked best first, one call each, stopping
+    at the first the LLM confirms as the decisive error (so the step the causal reading finds most
+    likely is the one checked first, and often the only one). Each call shows the task, the
     candidate step, the message it answered and the steps that depend on it (the next few and the
     final step), shortened so that all the checks together show no more of the log than all-at-once
     shows once: the per-check allowance is the rendered log's size divided by the number of checks
@@ -388,12 +390,12 @@ class GuidedCheck(LLMMethod):
 
     def _attribute(self, context: _Context) -> tuple[str, int, str, float, list[Candidate]]:
         trajectory = context.trajectory
-        offline = HeuristicAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
+        offline = RankerAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
         proposed: list[int] = []
         for candidate in offline.candidates:
             if candidate.step not in proposed:
                 proposed.append(candidate.step)
-        proposed = sorted(proposed[: self.max_candidates])
+        proposed = proposed[: self.max_candidates]
         log_chars = sum(len(render_step(step, context.nonce, context.max_chars)) for step in trajectory.steps)
         allowance = max(self.min_check_chars, log_chars // len(proposed))
         checked: list[Candidate] = []
@@ -439,7 +441,7 @@ class GuidedCheck(LLMMethod):
     def _check(self, context: _Context, index: int, allowance: int, *, first: bool) -> CandidateVerdict:
         agent = context.trajectory.steps[index].agent
         question = (
-            f"Check of candidate step {index} (by {agent}), proposed by offline failure signals"
+            f"Check of candidate step {index} (by {agent}), proposed by an offline causal reading"
             + ("" if first else "; earlier candidates were judged not decisive")
             + ". Judge it against the task, the message it answered and the steps "
             f"that depend on it. Is step {index} the decisive error: a mistake (wrong, made-up or "

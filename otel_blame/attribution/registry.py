@@ -9,11 +9,19 @@ from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.attribution.llm_client import LLMClient, LLMSettings
 from otel_blame.attribution.llm_methods import LLM_METHODS
 from otel_blame.attribution.random_baseline import RandomAttribution
+from otel_blame.attribution.ranker import RankerAttribution
 
-DEFAULT_METHOD = "heuristic"
+DEFAULT_METHOD = "ranker"
 
+# "heuristic" names the offline default too (configurations, calibration files and metric labels
+# written for it keep working, and get the ranker); "signals" is the earlier weighted sum of failure
+# signals (otel_blame.attribution.heuristic), kept for comparison.
 _OFFLINE: dict[str, Callable[[bool], AttributionMethod]] = {
-    "heuristic": lambda with_ground_truth: HeuristicAttribution(with_ground_truth=with_ground_truth),
+    "ranker": lambda with_ground_truth: RankerAttribution(with_ground_truth=with_ground_truth),
+    "heuristic": lambda with_ground_truth: RankerAttribution(
+        with_ground_truth=with_ground_truth, name="heuristic"
+    ),
+    "signals": lambda with_ground_truth: HeuristicAttribution(with_ground_truth=with_ground_truth),
     "random": lambda with_ground_truth: RandomAttribution(seed=0),
 }
 _LLM: dict[str, Callable[[LLMSettings, bool], AttributionMethod]] = {

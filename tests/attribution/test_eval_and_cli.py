@@ -181,7 +181,7 @@ def test_attribute_command_text_and_json(dataset: Path):
     assert text.exit_code == 0 and "agent:      Solver" in text.output and "step:       0" in text.output
     as_json = CliRunner().invoke(main, ["attribute", str(file), "--json"])
     parsed = json.loads(as_json.output)
-    assert parsed["agent"] == "Solver" and parsed["method"] == "heuristic" and parsed["model"] is None
+    assert parsed["agent"] == "Solver" and parsed["method"] == "ranker" and parsed["model"] is None
 
 
 def test_attribute_with_llm_flags(dataset: Path, llm):
@@ -225,7 +225,7 @@ def test_attribute_an_otlp_json_trace_file(tmp_path: Path):
     assert result.exit_code == 0, result.output
     parsed = json.loads(result.output)
     trajectory = load_trajectory(file)
-    assert parsed["method"] == "heuristic" and 0 <= parsed["step"] < len(trajectory.steps)
+    assert parsed["method"] == "ranker" and 0 <= parsed["step"] < len(trajectory.steps)
     assert parsed["agent"] == trajectory.steps[parsed["step"]].agent
     # where the wrong "41" entered is found by the final-answer signal (its default weight is what
     # cross-validated fitting chose, which may be 0, so the signal is checked on its own)
@@ -315,11 +315,11 @@ def test_blame_already_in_the_file_is_shown_not_recomputed(enriched_file: Path):
     result = CliRunner().invoke(main, ["attribute", str(enriched_file), "--json"])
     assert result.exit_code == 0, result.output
     parsed = json.loads(result.stdout)
-    # what the processor's heuristic (default weights, chosen by cross-validated fitting) decided
-    from otel_blame.attribution.heuristic import HeuristicAttribution
+    # what the processor's offline default decided
+    from otel_blame.attribution.registry import create_method
     from otel_blame.loaders import load_trajectory
 
-    expected = HeuristicAttribution().attribute(load_trajectory(enriched_file))
+    expected = create_method("heuristic").attribute(load_trajectory(enriched_file))
     assert parsed["recorded"] is True and (parsed["agent"], parsed["step"]) == (expected.agent, expected.step)
     assert parsed["method"] == "heuristic" and parsed["confidence"] > 0 and parsed["reason"]
     assert parsed["category"] == expected.category is not None  # blame.category, read back from the spans
@@ -393,7 +393,7 @@ def test_progress_is_shown_when_asked(tmp_path: Path):
     file.write_text(json.dumps({"history": [{"role": "a", "content": "x" * 100}] * 50}))
     result = CliRunner(env={"FORCE_COLOR": "1"}).invoke(main, ["attribute", str(file), "--progress"])
     assert result.exit_code == 0, result.output
-    assert "reading run.json" in result.stderr and "attributing 50 steps with heuristic" in result.stderr
+    assert "reading run.json" in result.stderr and "attributing 50 steps with ranker" in result.stderr
     quiet = CliRunner(env={"FORCE_COLOR": "1"}).invoke(main, ["attribute", str(file)])
     assert quiet.stderr == ""  # a small file: no progress by default
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from otel_blame.attribution.baselines import POSITIONAL_RULES, PositionalBaseline, positional_baselines
 from otel_blame.attribution.heuristic import HeuristicAttribution, Weights, gather_evidence, score_evidence
 from otel_blame.attribution.llm_methods import max_calls
+from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.registry import create_method
 from otel_blame.attribution.signals import SIGNAL_NAMES, SIGNALS, ScoringContext
 from otel_blame.bench import crossval
@@ -275,9 +276,9 @@ def user_text(request: dict) -> str:
     return "\n".join(m["content"] for m in request["messages"] if m["role"] != "system")
 
 
-def test_guided_check_checks_offline_candidates_earliest_first_and_stops(llm):
+def test_guided_check_checks_the_rankers_candidates_best_first_and_stops(llm):
     run = coordinated_run()
-    proposed = sorted({c.step for c in HeuristicAttribution().attribute(run).candidates[:3]})
+    proposed = [c.step for c in RankerAttribution().attribute(run).candidates[:3]]
     confirm = proposed[1]
 
     def script(request: dict) -> str:
@@ -287,14 +288,14 @@ def test_guided_check_checks_offline_candidates_earliest_first_and_stops(llm):
     with llm(script) as (server, settings):
         result = create_method("guided_check", llm=settings).attribute(run)
     checked = [int(re.search(r"candidate step (\d+)", user_text(r)).group(1)) for r in server.requests]
-    assert checked == proposed[:2]  # earliest first, stopped at the first confirmed
+    assert checked == proposed[:2]  # the ranker's best first, stopped at the first confirmed
     assert (result.step, result.reason, result.method) == (confirm, f"checked {confirm}", "guided_check")
     assert result.agent == run.steps[confirm].agent and result.cost.llm_calls == 2
 
 
 def test_guided_check_falls_back_to_the_offline_answer_and_costs_no_more_than_all_at_once(llm):
     run = coordinated_run()
-    offline = HeuristicAttribution().attribute(run)
+    offline = RankerAttribution().attribute(run)
     never = json.dumps({"decisive": False, "confidence": 0.4, "reason": "no"})
     with llm(lambda request: never) as (server, settings):
         result = create_method("guided_check", llm=settings).attribute(run)

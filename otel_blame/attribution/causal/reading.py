@@ -1,0 +1,308 @@
+"""Follow the failure back through the run: per step, is its content supported by what it was given?
+
+The failure signal is the step that states the run's answer (or its last message), and every tool or
+code result that failed. Walking back through what each step used (:mod:`.graph`) gives the steps on
+the failure's path. A step's content is *unsupported* when:
+
+- a value or name first appears there (``novel``), above all one that reaches the answer
+  (``answer_origin``);
+- it leaves out a requirement of the task, or a statement of the message it answers, that nothing
+  later carries (``dropped_task``, ``dropped_input``);
+- it overrides what it was given (``override``: "Correction: ... should be ...", a name assigned two
+  different values);
+- it stops the run before any answer while leaving work for others: the request itself, code to run,
+  a plan or a question before the stop word (``unanswered_stop``); any stop the run went on past
+  (``stop_mid_run``);
+- it is a result that does not follow from its call: a failure the call did not cause (a dependency:
+  HTTP 429/5xx, a timeout, a failing tool span; or arithmetic code that cannot fail) or a value the
+  call's arithmetic does not produce (``dependency``, ``result_contradicts_call``).
+
+Every feature is a number in [0, 1] per step; the ranker (:mod:`otel_blame.attribution.ranker`)
+weighs them. Nothing here knows agent names, role strings or absolute positions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from otel_blame.attribution.causal.arithmetic import printed_numbers
+from otel_blame.attribution.causal.graph import RunGraph, build_graph, is_value, numbers_in, tokens_of
+from otel_blame.attribution.systemic import result_text_failure
+from otel_blame.trajectory import DependencyFailure, StepKind, Trajectory
+
+CAUSAL_FEATURES: tuple[str, ...] = (
+    "novel_value",
+    "novel",
+    "novel_result",
+    "answer_origin",
+    "on_path",
+    "first_unsupported",
+    "dropped_task",
+    "dropped_input",
+    "override",
+    "unanswered_stop",
+    "explained_stop",
+    "stop_mid_run",
+    "dependency",
+    "calls_failed_dependency",
+    "result_error",
+    "caused_failing_result",
+    "result_contradicts_call",
+    "answer_step",
+)
+
+_STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
+_LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
+_ANSWER = re.compile(r"final answer|the answer is|answer:")  # on lower-cased text
+# run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
+_OVERRIDE = re.compile(
+    r"^[ \t]*correction\s*:|should (?:be|read|have been) \d|instead of \d|skip (?:step|item|line) \d"
+    r"|ignore (?:the|that|step|previous)\b|scratch that\b",
+    re.MULTILINE,
+)
+_OVERRIDE_KEYS = ("correction", "should", "instead", "skip", "ignore", "scratch")
+_ASSIGN_VALUE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d[\d_]*(?:\.\d+)?)\s*$", re.MULTILINE)
+_HARD = re.compile(
+    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:",
+    re.IGNORECASE,
+)
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_DIGIT = re.compile(r"\d")
+MAX_STATEMENTS = 16
+_WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
+
+
+@dataclass
+class CausalReading:
+    """The causal evidence of one run: per feature, its value per step (absent = 0)."""
+
+    graph: RunGraph
+    features: dict[str, dict[int, float]]
+    failure_path: set[int]
+    dependency_at: dict[int, DependencyFailure] = field(default_factory=dict)
+
+    def of(self, index: int) -> dict[str, float]:
+        return {name: found[index] for name, found in self.features.items() if index in found}
+
+    def root_dependency(self) -> int | None:
+        """The earliest failing dependency the run never got past: no later call to it succeeded.
+        Where the failure's path starts at one, it is the cause, wherever in the run it sits."""
+        steps = self.graph.steps
+        for index in sorted(self.dependency_at):
+            name = self.dependency_at[index].name
+            recovered = any(
+                later not in self.dependency_at
+                and (steps[later].tool_name or steps[later].agent)
+                == (steps[index].tool_name or steps[index].agent)
+                and steps[later].kind == steps[index].kind
+                and not steps[later].is_error
+                for later in range(index + 1, len(steps))
+            )
+            if not recovered and name:
+                return index
+        return None
+
+
+def _dependencies(trajectory: Trajectory, graph: RunGraph) -> dict[int, DependencyFailure]:
+    """Failing dependencies by step: recorded on spans, else said in a result's text (429, 5xx,
+    timeouts)."""
+    found: dict[int, DependencyFailure] = {}
+    for failure in trajectory.dependency_failures:
+        if failure.step is not None and 0 <= failure.step < len(trajectory.steps):
+            found.setdefault(failure.step, failure)
+    for step in trajectory.steps:
+        if step.kind != StepKind.MESSAGE and step.index not in found:
+            failure = result_text_failure(trajectory, step.index)
+            if failure is not None:
+                found[step.index] = failure
+    return found
+
+
+def _statements(text: str) -> list[set[str]]:
+    """The statements of a message that give or assign a value (its lines, or its sentences when it is
+    one line), as word sets: prose (a request, thanks) is not carried over, values are."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("```")]
+    units = lines if len(lines) >= 2 else _SENTENCE.findall(text)
+    found = []
+    for unit in units[:MAX_STATEMENTS]:
+        if "=" not in unit and not _DIGIT.search(unit):
+            continue
+        words = set(_WORD.findall(unit.lower()))
+        if len(words) >= 2:
+            found.append(words)
+    return found
+
+
+def _carried(statement: set[str], words: set[str]) -> bool:
+    return len(statement & words) >= 0.6 * len(statement)
+
+
+def _dropped_input(
+    graph: RunGraph, index: int, given: int | None, statements: dict[int, list[set[str]]]
+) -> float:
+    """Statements of the message this step answers that it left out, when it carries most of the rest
+    (it restates or implements that message and dropped part of it). ``statements`` caches each
+    source's statements (many steps answer the same message)."""
+    if given is None:
+        return 0.0
+    if given not in statements:
+        source = graph.texts[given] if given >= 0 else (graph.trajectory.task.input or "")
+        statements[given] = _statements(source[:3000])
+    found = statements[given]
+    if len(found) < 2:
+        return 0.0
+    words = set(_WORD.findall(graph.texts[index].lower()))
+    missing = sum(1 for statement in found if not _carried(statement, words))
+    if missing == 0 or missing * 2 > len(found):
+        return 0.0
+    return min(1.0, missing / 2)
+
+
+def _dropped_task(graph: RunGraph) -> dict[int, float]:
+    """Task values that stop being carried: each task number no step after its last carrier repeats is
+    charged to the first message after that carrier that restates other task values (it should have
+    carried this one too)."""
+    steps = graph.steps
+    task_numbers = set(numbers_in(graph.trajectory.task.input or ""))
+    if len(task_numbers) < 2:
+        return {}
+    carriers: dict[str, list[int]] = {number: [] for number in task_numbers}
+    message_numbers: dict[int, set[str]] = {}
+    for index in graph.candidates:
+        present = set(graph.numbers[index]) & task_numbers
+        message_numbers[index] = present
+        for number in present:
+            carriers[number].append(index)
+    found: dict[int, float] = {}
+    for number, where in carriers.items():
+        last = where[-1] if where else -1
+        if last >= (graph.answer_step or 0):
+            continue
+        for index in graph.candidates:
+            if index <= last or steps[index].kind != StepKind.MESSAGE:
+                continue
+            if len(message_numbers.get(index, set()) - {number}) >= 1:
+                found[index] = min(1.0, found.get(index, 0.0) + 0.5)
+                break
+    return found
+
+
+_ASKS = re.compile(r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _pending_work(text: str, is_request: bool) -> bool:
+    """A message that stops the run while leaving work for others: the request itself, code to run,
+    a plan, a question or an instruction before the stop word (a closing summary leaves none)."""
+    before = _STOP.split(text[-1500:])[0]
+    return is_request or bool(_ASKS.search(before))
+
+
+def _reassigned(text: str) -> bool:
+    """A name given two different constant values in one message: it contradicts itself."""
+    values: dict[str, str] = {}
+    for name, value in _ASSIGN_VALUE.findall(text):
+        if values.setdefault(name, value) != value:
+            return True
+    return False
+
+
+def _given(graph: RunGraph, index: int) -> int | None:
+    """The message a step answers: the closest earlier message by another agent (or the task)."""
+    steps = graph.steps
+    for earlier in range(index - 1, -1, -1):
+        if earlier == graph.task_step:
+            return -1
+        if steps[earlier].kind == StepKind.MESSAGE and steps[earlier].agent != steps[index].agent:
+            return earlier
+    return -1 if graph.trajectory.task.input else None
+
+
+def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> CausalReading:
+    """The causal features of every candidate step (see the module docstring)."""
+    graph = graph or build_graph(trajectory)
+    steps = trajectory.steps
+    features: dict[str, dict[int, float]] = {name: {} for name in CAUSAL_FEATURES}
+    dependency_at = _dependencies(trajectory, graph)
+    lowers = {index: graph.texts[index].lower() for index in graph.candidates}
+    # whether a step states an answer (a recorded final output may be whatever the last step said)
+    answered = any("answer" in lower and _ANSWER.search(lower) for lower in lowers.values())
+    failed_results = {
+        step.index
+        for step in steps
+        if step.kind != StepKind.MESSAGE and (step.is_error or _HARD.search(graph.texts[step.index]))
+    }
+    starts = [graph.answer_step] if graph.answer_step is not None else []
+    starts += sorted(failed_results | set(dependency_at))
+    path = graph.ancestors(starts)
+    answer_count = len(graph.answer_tokens)
+    last_message = max(
+        (index for index in graph.candidates if steps[index].kind == StepKind.MESSAGE), default=None
+    )
+    first_unsupported_seen = False
+    statements: dict[int, list[set[str]]] = {}
+    for index in graph.candidates:
+        step = steps[index]
+        text = graph.texts[index]
+        novel = graph.novel[index]
+        is_message = step.kind == StepKind.MESSAGE
+        values = {token for token in novel if is_value(token)}
+        if novel:
+            share = min(1.0, len(novel) / 5)
+            features["novel" if is_message else "novel_result"][index] = share
+        if values and is_message:
+            features["novel_value"][index] = min(1.0, len(values) / 2)
+        if answer_count and index != graph.answer_step:
+            origin = sum(1 for token in graph.answer_tokens if graph.origin.get(token) == index)
+            if origin:
+                features["answer_origin"][index] = origin / answer_count
+        if index in path:
+            features["on_path"][index] = 1.0
+            if is_message and values and not first_unsupported_seen:
+                features["first_unsupported"][index] = 1.0
+                first_unsupported_seen = True
+        if index == graph.answer_step:
+            features["answer_step"][index] = 1.0
+        if index < len(steps) - _LAST_STEPS and _STOP.search(text[-400:]):
+            features["stop_mid_run"][index] = 1.0  # the run went on past a stop: it was cut or derailed
+        if is_message:
+            dropped = _dropped_input(graph, index, _given(graph, index), statements)
+            if dropped:
+                features["dropped_input"][index] = dropped
+            lower = lowers[index][:3000]
+            overrides = any(key in lower for key in _OVERRIDE_KEYS) and _OVERRIDE.search(lower)
+            if overrides or ("=" in text and _reassigned(text[:3000])):
+                features["override"][index] = 1.0
+            if _STOP.search(text[-400:]):
+                recent = range(index - 1, max(-1, index - 3), -1)
+                if any(earlier in failed_results or earlier in dependency_at for earlier in recent):
+                    features["explained_stop"][index] = 1.0
+                elif not answered and index == last_message and _pending_work(text, index == graph.task_step):
+                    features["unanswered_stop"][index] = 1.0
+        else:
+            call = graph.call_of.get(index)
+            if index in dependency_at:
+                features["dependency"][index] = 1.0
+                if call is not None:
+                    features["calls_failed_dependency"][call] = 1.0
+            elif index in failed_results:
+                features["result_error"][index] = 1.0
+                call_text = graph.texts[call] if call is not None else ""
+                if call is not None and printed_numbers(call_text) is not None:
+                    # arithmetic that cannot fail did: the executor failed, not the code
+                    features["dependency"][index] = 0.5
+                elif call is not None:
+                    features["caused_failing_result"][call] = 1.0
+            elif step.kind == StepKind.CODE_EXECUTION and graph.call_of.get(index) is not None:
+                expected = printed_numbers(graph.texts[graph.call_of[index]])
+                if expected is not None and expected != set(graph.numbers[index]):
+                    features["result_contradicts_call"][index] = 1.0
+    for index, value in _dropped_task(graph).items():
+        features["dropped_task"][index] = value
+    for index in dependency_at:  # a failing call recorded under the agent's own step (spans)
+        if steps[index].kind == StepKind.MESSAGE:
+            features["dependency"][index] = 1.0
+    return CausalReading(graph, features, path, dependency_at)
+
+
+__all__ = ["CAUSAL_FEATURES", "CausalReading", "read_causally", "tokens_of"]

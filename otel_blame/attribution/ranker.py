@@ -1,0 +1,338 @@
+"""The offline default: a small trained ranker over every step's evidence, read causally.
+
+Per step it reads three kinds of evidence, all relative to the run itself (no agent names, role
+strings or absolute step numbers):
+
+- structure: where the step sits among the suspects (as a share of the run), what kind of step it is
+  (message, tool result, code output), whether it is its agent's first turn, how much of the run its
+  agent wrote, whether it is the coordinator's, whether it is an error;
+- the failure signals of :mod:`otel_blame.attribution.signals` (unweighted evidence);
+- the causal reading of :mod:`otel_blame.attribution.causal`: what first appears at the step, whether
+  it is on the failure's path, what it dropped or overrode, whether a result follows from its call,
+  whether a dependency failed there.
+
+A linear score per step (weights fitted offline by ``bench/train_ranker.py`` as a conditional logit:
+one softmax over the steps of a run) ranks failing dependencies and agent steps together: when the
+best step is a failing dependency, the verdict is ``category=dependency`` naming it, at the step
+whose call failed. The fitted model is a small JSON file shipped in the package (``ranker_model.json``)
+read with the standard library only. Deterministic; a fraction of a millisecond per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from otel_blame.attribution.base import AttributionError
+from otel_blame.attribution.causal import read_causally
+from otel_blame.attribution.causal.reading import CAUSAL_FEATURES, CausalReading
+from otel_blame.attribution.result import Attribution, Candidate, Cost
+from otel_blame.attribution.signals import SIGNALS, ScoringContext, Signal
+from otel_blame.attribution.systemic import failure_mode, specification_evidence
+from otel_blame.trajectory import StepKind, Trajectory
+
+METHOD_NAME = "ranker"
+MODEL_FILE = "ranker_model.json"
+MAX_CANDIDATES = 5
+
+STRUCTURE_FEATURES: tuple[str, ...] = (
+    "relative_position",
+    "first_candidate",
+    "last_candidate",
+    "last_message",
+    "kind_tool",
+    "kind_code",
+    "task_statement",
+    "agent_first_turn",
+    "agent_share",
+    "coordinator",
+    "is_error",
+    "speaker_changed",
+    "actor",
+    "agent_turn",
+    "agent_arrival",
+)
+# the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
+# enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
+# reports, premature acceptance and the error signals cost more than they added; the causal reading
+# covers errors)
+RANKER_SIGNALS: tuple[Signal, ...] = tuple(
+    signal
+    for signal in SIGNALS
+    if signal.name in ("early_decision", "fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
+)
+SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
+FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES)
+
+# what a person reads for the features that point at a step (the strongest contributions first)
+REASONS: dict[str, str] = {
+    "novel": "a value first appears here",
+    "answer_origin": "the wrong answer's value first appears here",
+    "first_unsupported": "it is the earliest step on the failure's path whose content its inputs do not "
+    "support",
+    "dropped_task": "it stopped carrying a requirement of the task",
+    "dropped_input": "it left out part of what it was given",
+    "override": "it overrode what it was given",
+    "unanswered_stop": "it stopped the run before any answer",
+    "stop_mid_run": "it stopped the run in the middle of its work",
+    "dependency": "the call failed in the tool or service, not in the agent",
+    "result_error": "its result failed",
+    "caused_failing_result": "its code or call produced an error",
+    "result_contradicts_call": "the result does not follow from the call that produced it",
+    "novel_result": "a result that brought in new values",
+    "task_statement": "the task as given",
+    "first_candidate": "the first step of the run",
+    "last_message": "the run's last message",
+    **{f"signal_{signal.name}": signal.reason for signal in SIGNALS},
+}
+
+
+@dataclass(frozen=True)
+class RankerModel:
+    """The fitted weights (on standardised features), with their centring and scale."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    agent_rule: str = "step"  # "step": the best step's agent; "sum": the agent with the most probability
+    trained_on: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RankerModel:
+        return cls(
+            features=tuple(data["features"]),
+            weights=tuple(float(v) for v in data["weights"]),
+            mean=tuple(float(v) for v in data["mean"]),
+            scale=tuple(float(v) for v in data["scale"]),
+            agent_rule=str(data.get("agent_rule", "step")),
+            trained_on=str(data.get("trained_on", "")),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "features": list(self.features),
+            "weights": [round(v, 6) for v in self.weights],
+            "mean": [round(v, 6) for v in self.mean],
+            "scale": [round(v, 6) for v in self.scale],
+            "agent_rule": self.agent_rule,
+            "trained_on": self.trained_on,
+        }
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> RankerModel:
+        if path is None:
+            return _packaged_model()
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def contributions(self, row: dict[str, float]) -> list[tuple[float, str]]:
+        """Each present feature's share of the score (standardised value times weight)."""
+        found = []
+        for name, weight, mean, scale in zip(self.features, self.weights, self.mean, self.scale, strict=True):
+            value = row.get(name, 0.0)
+            found.append((weight * (value - mean) / scale, name))
+        return found
+
+    def score(self, row: dict[str, float]) -> float:
+        return sum(part for part, _ in self.contributions(row))
+
+
+@lru_cache(maxsize=1)
+def _packaged_model() -> RankerModel:
+    text = resources.files("otel_blame.attribution").joinpath(MODEL_FILE).read_text(encoding="utf-8")
+    return RankerModel.from_dict(json.loads(text))
+
+
+@dataclass
+class StepRows:
+    """One run's candidate steps and their feature values (what the model scores)."""
+
+    trajectory: Trajectory
+    candidates: list[int]
+    rows: list[dict[str, float]]
+    reading: CausalReading
+
+
+def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = None) -> StepRows:
+    """Read a run once: every candidate step's features (see the module docstring)."""
+    reading = read_causally(trajectory)
+    graph = reading.graph
+    context = ScoringContext.build(trajectory)
+    by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
+    steps = trajectory.steps
+    candidates = graph.candidates
+    count = len(candidates)
+    last_message = max((i for i in candidates if steps[i].kind == StepKind.MESSAGE), default=None)
+    authored: dict[str, int] = {}
+    for index in candidates:
+        if steps[index].kind == StepKind.MESSAGE:
+            authored[steps[index].agent] = authored.get(steps[index].agent, 0) + 1
+    messages = sum(authored.values()) or 1
+    seen: set[str] = set()
+    turns: dict[str, int] = {}
+    arrival: dict[str, int] = {}
+    rows = []
+    for position, index in enumerate(candidates):
+        step = steps[index]
+        row: dict[str, float] = {
+            "relative_position": position / (count - 1) if count > 1 else 0.0,
+            "first_candidate": float(position == 0),
+            "last_candidate": float(position == count - 1),
+            "last_message": float(index == last_message),
+            "kind_tool": float(step.kind == StepKind.TOOL),
+            "kind_code": float(step.kind == StepKind.CODE_EXECUTION),
+            "task_statement": float(index == graph.task_step),
+            "agent_first_turn": float(step.kind == StepKind.MESSAGE and step.agent not in seen),
+            "agent_share": authored.get(step.agent, 0) / messages,
+            "coordinator": float(context.coordinator is not None and step.agent == context.coordinator),
+            "is_error": float(step.is_error),
+            "speaker_changed": float(index > 0 and steps[index - 1].agent != step.agent),
+            "actor": float(index in context.actor_set),
+        }
+        if step.kind == StepKind.MESSAGE:
+            seen.add(step.agent)
+            arrival.setdefault(step.agent, len(arrival))
+            turns[step.agent] = turns.get(step.agent, 0) + 1
+            # the how-many-th turn of its agent, and the how-many-th agent to speak (as 1, 1/2, 1/3 ...)
+            row["agent_turn"] = 1.0 / turns[step.agent]
+            row["agent_arrival"] = 1.0 / (1 + arrival[step.agent])
+        for name, found in by_signal.items():
+            value = found.get(index)
+            if value:
+                row[f"signal_{name}"] = min(2.0, value)
+        for name, found in reading.features.items():
+            if index in found:
+                row[name] = found[index]
+        if cross_run and index in cross_run:
+            row["cross_run"] = cross_run[index]
+        rows.append(row)
+    return StepRows(trajectory, candidates, rows, reading)
+
+
+def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
+    """(probability, step index) for every candidate, best first (ties: the earlier step)."""
+    scores = [model.score(row) for row in rows.rows]
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    ranked = [(value / total, index) for value, index in zip(exps, rows.candidates, strict=True)]
+    return sorted(ranked, key=lambda item: (-item[0], item[1]))
+
+
+def choose(rows: StepRows, ranked: list[tuple[float, int]], agent_rule: str) -> int:
+    """The decisive step: the best step, or (``agent_rule`` "sum") the best step of the agent with the
+    most probability over all its steps."""
+    if agent_rule != "sum":
+        return ranked[0][1]
+    steps = rows.trajectory.steps
+    mass: dict[str, float] = {}
+    for probability, index in ranked:
+        mass[steps[index].agent] = mass.get(steps[index].agent, 0.0) + probability
+    agent = max(mass, key=lambda name: (mass[name], -next(i for _, i in ranked if steps[i].agent == name)))
+    return next(index for _, index in ranked if steps[index].agent == agent)
+
+
+def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
+    """The decisive step. A dependency the run never got past starts the failure's path: it is the
+    verdict, whatever the ranking of the agent steps it made victims of; else the ranking decides."""
+    root = rows.reading.root_dependency()
+    if root is not None and root in rows.candidates:
+        return root
+    return choose(rows, ranked, model.agent_rule)
+
+
+class RankerAttribution:
+    """Offline, deterministic attribution by the trained ranker (see the module docstring)."""
+
+    name = METHOD_NAME
+
+    def __init__(
+        self, *, model: RankerModel | None = None, with_ground_truth: bool = False, name: str = METHOD_NAME
+    ) -> None:
+        self.name = name  # "heuristic" when built under the offline default's older name
+        self.model = model or RankerModel.load()
+        self.with_ground_truth = with_ground_truth  # the ranker never reads the expected answer
+
+    def attribute(self, trajectory: Trajectory) -> Attribution:
+        started = time.perf_counter()
+        if not trajectory.steps:
+            raise AttributionError("the trajectory has no steps")
+        rows = step_rows(trajectory)
+        ranked = rank(rows, self.model)
+        chosen = decide(rows, ranked, self.model)
+        return verdict(rows, ranked, chosen, self.model, started=started, method=self.name)
+
+
+def verdict(
+    rows: StepRows,
+    ranked: list[tuple[float, int]],
+    chosen: int,
+    model: RankerModel,
+    *,
+    started: float,
+    method: str,
+) -> Attribution:
+    """One coherent statement for the chosen step: who, where, why, and what kind of failure."""
+    trajectory = rows.trajectory
+    step = trajectory.steps[chosen]
+    row = rows.rows[rows.candidates.index(chosen)]
+    ordered = [item for item in ranked if item[1] == chosen] + [item for item in ranked if item[1] != chosen]
+    candidates = [
+        Candidate(step=index, agent=trajectory.steps[index].agent, score=round(min(1.0, p), 4))
+        for p, index in ordered[:MAX_CANDIDATES]
+    ]
+    probability = next(p for p, index in ranked if index == chosen)
+    runner_up = next((p for p, index in ranked if index != chosen), 0.0)
+    confidence = round(min(0.95, max(0.05, probability * 0.7 + (probability - runner_up) * 0.3)), 3)
+    dependency = rows.reading.dependency_at.get(chosen)
+    name: str | None = None
+    detail = ""
+    if dependency is not None:
+        name, detail = dependency.name, dependency.detail
+    elif step.kind != StepKind.MESSAGE and row.get("dependency"):
+        name, detail = step.tool_name or step.agent, "arithmetic code that cannot fail failed"
+    elif step.kind != StepKind.MESSAGE and row.get("result_contradicts_call"):
+        name, detail = step.tool_name or step.agent, "its output does not follow from the call"
+    update: dict[str, object] = {}
+    if name is not None:
+        said = f" ({detail})" if detail else ""
+        reason = (
+            f"Step {chosen}: {name} failed{said} on the call {step.agent} relied on, and the run's "
+            "failure follows from it: a dependency, not the agent's own output."
+        )
+        update = {"category": "dependency", "dependency": name}
+    else:
+        parts = [
+            REASONS[feature]
+            for part, feature in sorted(model.contributions(row), key=lambda item: -item[0])
+            if part > 0.05 and row.get(feature) and feature in REASONS
+        ][:3] or ["its evidence outweighs the other steps'"]
+        reason = f"Step {chosen} by {step.agent}: " + "; ".join(parts) + "."
+        flagged = specification_evidence(trajectory)
+        if flagged is not None:
+            update["category"] = "specification"
+            reason += (
+                f" Step {flagged} says the task or its instructions were wrong: a specification problem."
+            )
+        else:
+            update["category"] = "agent"
+    attribution = Attribution(
+        agent=step.agent,
+        step=chosen,
+        confidence=confidence,
+        reason=reason,
+        method=method,
+        candidates=candidates,
+        cost=Cost(seconds=round(time.perf_counter() - started, 6)),
+        **update,  # type: ignore[arg-type]
+    )
+    if attribution.category != "dependency":
+        mode = failure_mode(trajectory, attribution)
+        if mode is not None:
+            attribution = attribution.model_copy(update={"failure_mode": mode})
+    return attribution
