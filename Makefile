@@ -68,10 +68,10 @@ $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 	touch $(CREWAI_STAMP)
 
 test-crewai: $(CREWAI_STAMP)
-	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py
+	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
 
 test: $(STAMP) lint e2e-components system-packages test-crewai
-	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py
+	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py
 
 clean:
 	rm -rf $(VENV) $(CREWAI_VENV) .pytest_cache .ruff_cache *.egg-info

@@ -85,7 +85,8 @@ def test_blames_wait_through_a_store_outage_and_a_restart(cluster: PostgresClust
         finally:
             assert first.stop(timeout=30) is True  # every span delivered; the blames wait apart
 
-        second = serving_processor(load_serve_config(overrides=overrides, environ={})).start()  # store still down
+        # the store is still down
+        second = serving_processor(load_serve_config(overrides=overrides, environ={})).start()
         try:
             cluster.start()
             store = open_store(StoreConfig(url=cluster.url))
