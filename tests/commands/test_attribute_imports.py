@@ -21,7 +21,8 @@ def test_attribute_imports_only_what_it_uses() -> None:
         "except SystemExit:\n"
         "    pass\n"
         "heavy = ('openai', 'grpc', 'starlette', 'uvicorn', 'sqlalchemy', 'jinja2', 'opentelemetry',"
-        " 'otel_blame.processor', 'otel_blame.ui', 'otel_blame.store', 'httpx')\n"
+        " 'otel_blame.processor', 'otel_blame.ui', 'otel_blame.store', 'httpx', 'tenacity',"
+        " 'otel_blame.attribution.llm_methods', 'otel_blame.attribution.llm_client')\n"
         "print('LOADED', sorted({m for m in sys.modules if m.startswith(heavy)}))\n"
     )
     env_without_plugins = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}  # the dev venv's logfire plugin
@@ -35,3 +36,13 @@ def test_attribute_imports_only_what_it_uses() -> None:
     )
     assert "agent:" in result.stdout
     assert "LOADED []" in result.stdout, result.stdout[-2000:]
+
+
+def test_the_registry_names_every_llm_method_without_importing_them() -> None:
+    from otel_blame.attribution.llm_methods import LLM_METHODS
+    from otel_blame.attribution.registry import LLM_METHOD_NAMES, create_method, is_llm_method
+
+    assert LLM_METHOD_NAMES == tuple(LLM_METHODS)
+    assert all(is_llm_method(name) for name in LLM_METHODS)
+    assert create_method("heuristic").name == "heuristic"
+    assert create_method("ranker").name == "ranker"
