@@ -156,6 +156,16 @@ class TaskRun:
                 self._steps.append(RememberedStep(index, agent, role, kind, content, tool_name, is_error))
         return index
 
+    def note_final_output(self, value: Any) -> None:
+        """The run's final output on the root (as captured: capped, redacted; nothing when content
+        capture is off or there is none). Every hook that opened a root notes it here."""
+        if value is None or value == "" or not self.settings.capture_content:
+            return
+        try:
+            self.span.set_attribute(semconv.TASK_FINAL_OUTPUT, prepare(value, self.settings).text)
+        except Exception:
+            HOOK_ERRORS.record("task.final_output")
+
     def note_source(self, source: str | None) -> None:
         """Which hook records into this task: on the root, once (not on every step)."""
         if source and self.source is None:
