@@ -156,6 +156,16 @@ class TaskRun:
                 self._steps.append(RememberedStep(index, agent, role, kind, content, tool_name, is_error))
         return index
 
+    def note_final_output(self, value: Any) -> None:
+        """The run's final output on the root (as captured: capped, redacted; nothing when content
+        capture is off or there is none). Every hook that opened a root notes it here."""
+        if value is None or value == "" or not self.settings.capture_content:
+            return
+        try:
+            self.span.set_attribute(semconv.TASK_FINAL_OUTPUT, prepare(value, self.settings).text)
+        except Exception:
+            HOOK_ERRORS.record("task.final_output")
+
     def note_source(self, source: str | None) -> None:
         """Which hook records into this task: on the root, once (not on every step)."""
         if source and self.source is None:
@@ -614,7 +624,13 @@ def _step(
     root do not carry already: the conversation id and the hook's name are on the root, the
     message's role is in ``gen_ai.output.messages`` (``otel_blame.step.role`` only for another
     label), the kind in the operation name (``otel_blame.step.kind`` only for code execution)."""
-    raw_role = agent_name(role) if role is not None else "assistant"
+    raw_role = (
+        role
+        if type(role) is str and role in MESSAGE_ROLES
+        else agent_name(role)
+        if role is not None
+        else "assistant"
+    )
     settings = run.settings if run is not None else current_settings()
     attributes: dict[str, Any] = {}
     if kind is StepKind.CODE_EXECUTION:
@@ -824,7 +840,14 @@ class AgentTurn:
         extra: Mapping[str, Any] | None,
     ) -> None:
         step_kind = _kind_of(kind)
-        span_name, identity = _identity(self.agent, step_kind, tool_name, self._agent_id)
+        if (
+            step_kind is StepKind.MESSAGE
+            and tool_name is None
+            and self._initial[semconv.GEN_AI_AGENT_NAME] == self.agent
+        ):
+            span_name, identity = self._name, self._initial  # the turn's own message: nothing new to say who
+        else:
+            span_name, identity = _identity(self.agent, step_kind, tool_name, self._agent_id)
         index, attributes = _step(
             self.run, self.agent, text, role, step_kind, identity, tool_calls, tool_call_id, extra, is_error
         )
@@ -834,9 +857,10 @@ class AgentTurn:
         if span_name != self._name:
             span.update_name(span_name)  # a tool result (the turn was the tool's run), or a named speaker
         initial = self._initial
-        for key, value in identity.items():  # only what the span does not carry yet: no attribute twice
-            if initial.get(key, _UNSET) != value:
-                attributes[key] = value
+        if identity is not initial:
+            for key, value in identity.items():  # only what the span does not carry yet: no attribute twice
+                if initial.get(key, _UNSET) != value:
+                    attributes[key] = value
         span.set_attributes(attributes)
         if is_error:
             span.set_status(Status(StatusCode.ERROR))

@@ -194,7 +194,8 @@ class _MiddlewareMixin:
                 attributes={semconv.INSTRUMENTATION_SOURCE: SOURCE},
             ) as run:
                 response = await self._turn(call_next, event, context, run)
-                _note_final_output(run, response)
+                if run is not None:
+                    run.note_final_output(getattr(response, "content", None))
                 return response
         return await self._turn(call_next, event, context, run)
 
@@ -281,15 +282,6 @@ def _model_attributes(response: Any) -> dict[str, Any]:
     if isinstance(provider, str):
         attributes[semconv.GEN_AI_PROVIDER_NAME] = provider
     return attributes
-
-
-@guarded("ag2.final_output")
-def _note_final_output(run: TaskRun | None, response: Any) -> None:
-    if run is None or not run.settings.capture_content:
-        return
-    content = getattr(response, "content", None)
-    if content:
-        run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(content).text)
 
 
 @functools.cache

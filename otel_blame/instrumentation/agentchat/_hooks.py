@@ -91,8 +91,8 @@ def _note_result(run: TaskRun | None, root: task | None, result: Any) -> None:
     try:
         messages = getattr(result, "messages", None) or []
         last = next((m for m in reversed(messages) if _is_chat_message(m)), None)
-        if last is not None and run.settings.capture_content:
-            run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(_message_text(last)).text)
+        if last is not None:
+            run.note_final_output(_message_text(last))
         reason = getattr(result, "stop_reason", None)
         if reason:
             run.span.set_attribute("otel_blame.agentchat.stop_reason", to_text(reason))

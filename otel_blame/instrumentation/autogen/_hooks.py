@@ -23,7 +23,7 @@ from typing import Any
 
 from otel_blame import semconv
 from otel_blame.instrumentation._messages import StepKind, to_text
-from otel_blame.instrumentation._safety import HOOK_ERRORS, guarded
+from otel_blame.instrumentation._safety import HOOK_ERRORS
 from otel_blame.instrumentation._wrapping import Around
 from otel_blame.instrumentation.core import (
     AgentTurn,
@@ -280,15 +280,6 @@ def _pop_handoff(*agents: Any) -> contextvars.Context | None:
     return found
 
 
-@guarded("autogen.final_output")
-def _note_final_output(run: TaskRun | None, result: Any) -> None:
-    if run is None or not run.settings.capture_content:
-        return
-    summary = getattr(result, "summary", None)
-    if summary:
-        run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(summary).text)
-
-
 def _recipient(args: Any, kwargs: Any) -> Any:
     return args[0] if args else kwargs.get("recipient")
 
@@ -308,7 +299,8 @@ def _open_root(wrapped: Any, sender: Any, args: Any, kwargs: Any) -> Any:
 def _close_root(state: Any, result: Any, error: BaseException | None) -> Any:
     root, run = state
     if error is None:
-        _note_final_output(run, result)
+        if run is not None:
+            run.note_final_output(getattr(result, "summary", None))
     root.__exit__(type(error) if error else None, error, None)
     return result
 

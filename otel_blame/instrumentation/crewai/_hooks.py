@@ -64,7 +64,8 @@ def kickoff(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     with root as run:
         result = wrapped(*args, **kwargs)
         if run is not None:
-            _note_final_output(run, result)
+            raw = getattr(result, "raw", None)
+            run.note_final_output(raw if isinstance(raw, str) else None)
         return result
 
 
@@ -73,15 +74,6 @@ def _task_descriptions(crew: Any) -> str | None:
         return "\n".join(t.description for t in getattr(crew, "tasks", None) or ()) or None
     except Exception:
         return None
-
-
-def _note_final_output(run: Any, result: Any) -> None:
-    try:
-        raw = getattr(result, "raw", None)
-        if isinstance(raw, str) and run.settings.capture_content:
-            run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(raw).text)
-    except Exception:
-        HOOK_ERRORS.record("crewai.final_output")
 
 
 # -- agent turns ------------------------------------------------------------------------------------

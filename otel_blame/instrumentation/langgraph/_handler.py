@@ -491,11 +491,9 @@ class _HandlerMixin:
     def _note_final_output(self, outputs: Any) -> None:
         run = self.run
         if not self.owns_task or run is None or not run.settings.capture_content or outputs is None:
-            return
+            return  # (capture checked first: the text of the outputs is not made for nothing)
         messages = _messages_in(outputs)
-        final = _text(messages[-1]) if messages else _plain(outputs)
-        if final:
-            run.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run.prepare(final).text)
+        run.note_final_output(_text(messages[-1]) if messages else _plain(outputs))
 
 
 @functools.cache

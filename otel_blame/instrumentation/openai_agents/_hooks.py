@@ -186,7 +186,8 @@ async def run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         return await wrapped(*args, **kwargs)
     async with scope as run_:
         result = await _in_task.coroutine(wrapped, instance, args, kwargs)
-        _note_final_output(run_, getattr(result, "final_output", None))
+        if run_ is not None:
+            run_.note_final_output(getattr(result, "final_output", None))
         return result
 
 
@@ -231,7 +232,8 @@ def _close_with_stream(context: contextvars.Context, scope: task, run_: TaskRun 
             if error is None:
                 error = getattr(result, "_stored_exception", None)
             if error is None:
-                _note_final_output(run_, getattr(result, "final_output", None))
+                if run_ is not None:
+                    run_.note_final_output(getattr(result, "final_output", None))
         except Exception:
             HOOK_ERRORS.record("openai_agents.stream_end")
         end(error)
@@ -574,10 +576,3 @@ def _usage_attributes(response: Any, agent: Any) -> dict[str, Any]:
         if isinstance(value, int) and value > 0:
             attributes[key] = value
     return attributes
-
-
-@guarded("openai_agents.final_output")
-def _note_final_output(run_: TaskRun | None, output: Any) -> None:
-    if run_ is None or output is None or not run_.settings.capture_content:
-        return
-    run_.span.set_attribute(semconv.TASK_FINAL_OUTPUT, run_.prepare(output).text)
