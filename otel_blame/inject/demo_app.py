@@ -292,11 +292,11 @@ _RESOURCES = _Resources()
 def run_task(seed: int = 0) -> bool:
     """Run one word problem (drawn from ``seed``) through the group chat; True when answered right.
 
-    The app contract of ``otel-blame inject``: one task in ``otel_blame.instrument.task``, its
+    The app contract of ``otel-blame inject``: one task in ``otel_blame.instrumentation.task``, its
     outcome set with ``set_outcome``.
     """
     from otel_blame.demo.scenario import build_group_chat, mismatch_reason
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     problem = problem_for(seed)
     base_url, work_dir = _RESOURCES.get()

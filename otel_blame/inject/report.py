@@ -23,7 +23,7 @@ class RunStatus(StrEnum):
     NOT_INJECTED = "not_injected"  # the planned agent never sent a message the fault could change
     NO_TARGET = "no_target"  # the baseline offers no message for the chosen faults / agent / step
     NO_BLAME = "no_blame"  # failed, but no verdict arrived in time
-    NO_TRACE = "no_trace"  # the app recorded no task (no otel_blame.instrument.task)
+    NO_TRACE = "no_trace"  # the app recorded no task (no otel_blame.instrumentation.task)
     APP_ERROR = "app_error"  # the app raised
     TIMEOUT = "timeout"  # the run hung and was ended
     CLEAN_PASSED = "clean_passed"  # a run without a fault that passed
@@ -183,7 +183,7 @@ def _problems(records: Sequence[RunRecord], baseline: Baseline, scored: int) -> 
         problems.append("the app's clean run hung past the per-run timeout, so no fault was planned")
     elif baseline.status is RunStatus.NO_TRACE:
         problems.append(
-            "the app's clean run recorded no task: run it inside otel_blame.instrument.task() "
+            "the app's clean run recorded no task: run it inside otel_blame.instrumentation.task() "
             "(see docs/inject.md)"
         )
     elif baseline.status is RunStatus.CLEAN_FAILED:

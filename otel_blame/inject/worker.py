@@ -201,7 +201,7 @@ def worker_main(connection: Any, setup: WorkerSetup) -> None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from otel_blame.instrument import OtelBlameInstrumentor, configure
+        from otel_blame.instrumentation import OtelBlameInstrumentor, configure
 
         provider = TracerProvider(resource=Resource.create({"service.name": setup.service_name}))
         spans = RunSpans()

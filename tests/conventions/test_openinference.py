@@ -59,7 +59,7 @@ def test_langgraph_nodes_name_the_agents_and_the_researcher_is_blamed(
 @pytest.fixture
 def ours_and_langchain(langchain_instrumented, monkeypatch):  # noqa: ANN001, ANN201
     """otel-blame's instrumentation AND OpenInference's on the same app, into the same provider."""
-    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+    from otel_blame.instrumentation import OtelBlameInstrumentor, configure, reset_configuration
 
     monkeypatch.delenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", raising=False)
     reset_configuration()

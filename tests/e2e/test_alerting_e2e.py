@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_blame.alerting.metrics import ATTRIBUTIONS_TOTAL
-from otel_blame.instrument import configure, record_message, reset_configuration, set_outcome, task
+from otel_blame.instrumentation import configure, record_message, reset_configuration, set_outcome, task
 from tests.support import RecordingOTLPSink
 
 from .harness import (

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_blame import semconv as sc
 from otel_blame.demo.scenario import SpanCounter
-from otel_blame.instrument import configure, record_message, reset_configuration, set_outcome, task
+from otel_blame.instrumentation import configure, record_message, reset_configuration, set_outcome, task
 
 from .harness import (
     COLLECTOR_BIN,

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_blame import semconv as sc
 from otel_blame.demo.scenario import TASKS, SpanCounter, run_tasks
-from otel_blame.instrument import configure, record_message, reset_configuration, set_outcome, task
+from otel_blame.instrumentation import configure, record_message, reset_configuration, set_outcome, task
 from tests.support import RecordedSpan, RecordingOTLPSink
 
 from .harness import (

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_blame import semconv as sc
 from otel_blame.alerting.metrics import ATTRIBUTIONS_TOTAL
-from otel_blame.instrument import (
+from otel_blame.instrumentation import (
     configure,
     current_trace_id,
     record_message,

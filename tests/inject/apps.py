@@ -7,7 +7,7 @@ import time
 import autogen  # noqa: F401 - imported when the worker loads the app, not inside a timed run
 
 from otel_blame.inject import demo_app
-from otel_blame.instrument import set_outcome, task
+from otel_blame.instrumentation import set_outcome, task
 
 
 def raises() -> None:

@@ -26,7 +26,7 @@ def _autogen_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def instrumented(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """otel-blame's instrumentation on (all frameworks), spans kept in memory; off again after."""
-    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+    from otel_blame.instrumentation import OtelBlameInstrumentor, configure, reset_configuration
 
     monkeypatch.delenv(semconv.ENV_CAPTURE_MESSAGE_CONTENT, raising=False)
     exporter = InMemorySpanExporter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_blame.instrument import agent_turn, attribute_current_task, record_message, task
+from otel_blame.instrumentation import agent_turn, attribute_current_task, record_message, task
 from otel_blame.instrumentation._interception import intercept_messages
 
 

@@ -69,7 +69,7 @@ FAILING: dict[str, dict[str, tuple[int, str, int, int]]] = {
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    from otel_blame.instrument import configure, reset_configuration
+    from otel_blame.instrumentation import configure, reset_configuration
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

@@ -17,7 +17,7 @@ INSTRUMENTATION = PACKAGE_ROOT / "instrumentation"
 ALIASES = ("otel_blame.instrument", "otel_blame.spans_to_trajectory")
 # still on the alias: inject/ belongs to other branches this round (one import line each, to move
 # to otel_blame.instrumentation when they merge)
-NOT_YET_MOVED = {"otel_blame.inject.worker", "otel_blame.inject.demo_app"}
+NOT_YET_MOVED: set[str] = set()
 
 
 def _module_name(path: Path) -> str:

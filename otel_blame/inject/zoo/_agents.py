@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_blame.instrument import agent_turn
+from otel_blame.instrumentation import agent_turn
 from otel_blame.instrumentation.core import offer_tool_call
 
 SOURCE = "api"

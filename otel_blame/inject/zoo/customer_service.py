@@ -817,7 +817,7 @@ def policy_violations(entries: list[Entry]) -> list[str]:
 
 def run_task(seed: int = 0) -> bool:
     """One support conversation (drawn from ``seed``); True when the request was handled right."""
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     template = _template()
     _RESOURCES.forget_requests()

@@ -607,7 +607,7 @@ async def _debate(problem: Problem) -> Any:
 
 def run_task(seed: int = 0) -> bool:
     """One debate over a question drawn from ``seed``; True when the judge's final answer is right."""
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     problem = problem_for(seed)
     expected = problem.formatted(problem.expected)

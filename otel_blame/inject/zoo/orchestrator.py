@@ -695,7 +695,7 @@ _CODE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
 
 def run_task(seed: int = 0) -> bool:
     """One research task (drawn from ``seed``) through the orchestrator and its workers."""
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     _RESOURCES.forget_requests()
     chosen = draw_task(seed, _COMPANIES)

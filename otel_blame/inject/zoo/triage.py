@@ -1101,7 +1101,7 @@ def run_task(seed: int = 0) -> bool:
     """One support case (drawn from ``seed``) through the desk; True when it ends right."""
     import agents
 
-    from otel_blame.instrument import set_outcome, task
+    from otel_blame.instrumentation import set_outcome, task
 
     agents.set_tracing_disabled(True)  # the SDK's own trace export would go to OpenAI
     world, case = case_for(seed)

@@ -36,7 +36,7 @@ def _autogen_only() -> None:
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
     """One run of the app as a campaign's worker makes it: ``run(seed, fault=None)`` -> its answer."""
-    from otel_blame.instrument import OtelBlameInstrumentor, configure, reset_configuration
+    from otel_blame.instrumentation import OtelBlameInstrumentor, configure, reset_configuration
 
     provider = TracerProvider()
     spans = RunSpans()
