@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from otel_blame.cli import main
-from otel_blame.processor import BlameProcessor, load_config
+from otel_blame.commands.serve import load_serve_config, serving_processor
 from tests.support import RecordingOTLPSink
 
 pytest.importorskip("autogen")
@@ -21,7 +21,7 @@ TOKEN = "inject-test-token"
 @pytest.fixture
 def serve(tmp_path):  # noqa: ANN201 - the running processor
     with RecordingOTLPSink() as sink:
-        config = load_config(
+        config = load_serve_config(
             environ={},
             overrides={
                 "receivers": {"grpc_endpoint": None, "http_endpoint": "127.0.0.1:0", "auth_token": TOKEN},
@@ -30,7 +30,7 @@ def serve(tmp_path):  # noqa: ANN201 - the running processor
                 "exporter": {"endpoint": sink.endpoint},
             },
         )
-        with BlameProcessor(config) as processor:
+        with serving_processor(config) as processor:
             yield processor
 
 

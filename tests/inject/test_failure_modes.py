@@ -19,9 +19,9 @@ from otel_blame.instrumentation import agent_turn, record_message, set_outcome, 
 
 def run_one(seed=0):
     with task("plain", input="What is 2 + 2?"):
-        record_message("user", "What is 2 + 2?", role="user", intercept=False)
+        record_message("user", "What is 2 + 2?", role="user")
         with agent_turn("solver") as turn:
-            turn.answer("4", intercept=False)
+            turn.answer("4")
         set_outcome(True, final_output="4")
 """
 
