@@ -8,7 +8,9 @@ environment), it runs ``otel-blame inject --app zoo:NAME --runs N --seed S --jso
 - every positional baseline (otel_blame/attribution/baselines.py) on the same runs;
 - leave-one-app-out: a method fitted on the other apps' runs, scored on the held-out app. The fit is
   pluggable (``--fit module:function``, taking the training runs and returning a predictor); the
-  default refits the heuristic's weights (otel_blame/bench/crossval.py's coordinate search).
+  default refits the heuristic's weights (otel_blame/bench/crossval.py's coordinate search);
+  ``--fit zoo_ranker_fit:fit_ranker`` refits the trained ranker, the offline default
+  (bench/zoo_ranker_fit.py).
 Prints one rich table (and markdown rows for docs/benchmarks.md with ``--markdown``). With
 ``--data-dir`` the datasets stay there as ``DIR/<app>/`` (e.g. /work/zoo-data, for training), with
 the campaign's report beside them (``report.json``, ``report.html``).

@@ -185,7 +185,11 @@ class CrossRunConfig(_Section):
     """Cross-run (spectrum) evidence: per-workflow counts of passing and failing runs, combined with
     each failed trace's own step scores (docs/methods.md#cross-run-evidence)."""
 
-    enabled: bool = Field(default=True, description="keep the counts and use them in attribution")
+    enabled: bool = Field(
+        default=False,
+        description="keep the counts and use them in attribution (off: measured not to help on the zoo, "
+        "docs/benchmarks.md#cross-run-evidence-on-the-zoo)",
+    )
     path: Path | None = Field(default=None, description="SQLite file; null = cross_run.sqlite in wal.dir")
     max_workflows: int = Field(default=10_000, ge=1, description="least recently seen evicted first")
     max_agents_per_workflow: int = Field(default=50, ge=1, description="least recently seen evicted first")

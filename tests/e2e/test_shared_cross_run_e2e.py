@@ -91,7 +91,10 @@ def test_two_replicas_on_one_postgres_write_the_suspiciousness_of_one_that_sees_
     empty_store_tables(postgres_url)
     store = {"OTEL_BLAME_STORE__URL": postgres_url} if shared else {}
     sinks = [RecordingOTLPSink().start() for _ in range(3)]
-    counting = {"OTEL_BLAME_CROSS_RUN__SUCCESS_BACKLOG": "100000"}  # count every success, also under load
+    counting = {  # on (off by default), and count every success, also under load
+        "OTEL_BLAME_CROSS_RUN__ENABLED": "true",
+        "OTEL_BLAME_CROSS_RUN__SUCCESS_BACKLOG": "100000",
+    }
     try:
         replicas = [
             BlameServer(
