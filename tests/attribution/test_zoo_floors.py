@@ -68,19 +68,20 @@ class Campaign(NamedTuple):
         return ["inject", "--app", f"zoo:{name}", "--runs", str(self.runs), "--seed", str(self.seed), *faults]
 
 
+# recorded figures as right / scored (exact: the floor keeps exactly one run of slack)
 RECORDED = {
-    "customer_service": Campaign(runs=28, seed=2, scored=8, agent=0.750, step=0.375),
-    "debate": Campaign(runs=40, seed=11, scored=10, agent=0.800, step=0.400),
+    "customer_service": Campaign(runs=28, seed=2, scored=8, agent=6 / 8, step=3 / 8),
+    "debate": Campaign(runs=40, seed=11, scored=10, agent=8 / 10, step=4 / 10),
     "orchestrator": Campaign(
         runs=28,
         seed=11,
         scored=10,
-        agent=0.500,
-        step=0.200,
+        agent=5 / 10,
+        step=2 / 10,
         faults=("terminate", "tool_error", "lost_context"),
     ),
-    "supervisor": Campaign(runs=32, seed=11, scored=12, agent=0.500, step=0.500),
-    "triage": Campaign(runs=20, seed=11, scored=9, agent=1.000, step=0.778),
+    "supervisor": Campaign(runs=32, seed=11, scored=12, agent=6 / 12, step=6 / 12),
+    "triage": Campaign(runs=20, seed=11, scored=9, agent=9 / 9, step=7 / 9),
 }
 SLACK = 0.05  # "more than a few points below" fails
 SLACK_RUNS = 1  # on ~10 scored runs a run is 10 points: one run of slack, the larger of the two
@@ -93,7 +94,9 @@ def other_frameworks(framework: str) -> str:
 
 
 def floor(recorded: float, scored: int) -> float:
-    return recorded - max(SLACK, SLACK_RUNS / scored)
+    """The least accuracy that passes, to the report's four places (exactly one run of slack on ten
+    runs is 0.7, not 0.7000000000000001)."""
+    return round(recorded - max(SLACK, SLACK_RUNS / scored), 4)
 
 
 @pytest.mark.slow
@@ -114,3 +117,9 @@ def test_a_fixed_seed_zoo_campaign_keeps_its_recorded_accuracy(
     assert scored >= recorded.scored - SLACK_RUNS, report["statuses"]
     assert report["agent_accuracy"] >= floor(recorded.agent, scored), report["by_fault_kind"]
     assert report["step_accuracy"] >= floor(recorded.step, scored), report["by_fault_kind"]
+
+
+def test_a_floor_leaves_one_scored_run_or_five_points_of_slack() -> None:
+    assert floor(8 / 10, 10) == round(7 / 10, 4)  # one run below on ten passes, not a float hair short
+    assert floor(7 / 9, 9) == round(6 / 9, 4) > round(5 / 9, 4)  # the report's four places
+    assert floor(1.0, 40) == 0.95  # past twenty scored runs, five points
