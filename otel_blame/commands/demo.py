@@ -106,7 +106,7 @@ def demo(
     if jaeger_url is not None:
         jaeger_otlp = jaeger_otlp or default_jaeger_otlp(jaeger_url)
 
-    from otel_blame.processor import BlameProcessor, load_config  # the `processor` extra
+    from otel_blame.commands.serve import load_serve_config, serving_processor  # the `processor` extra
 
     store_path = out_dir / STORE_FILE
     _fresh_store(store_path)
@@ -127,7 +127,7 @@ def demo(
             _step(f"Jaeger at {jaeger_url}: enriched traces go to its OTLP endpoint {downstream}")
 
         wal_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="otel-blame-demo-wal-"))
-        config = load_config(
+        config = load_serve_config(
             environ={},
             overrides={
                 "receivers": {"grpc_endpoint": "127.0.0.1:0", "http_endpoint": None},
@@ -138,7 +138,7 @@ def demo(
                 "exporter": {"endpoint": downstream},
             },
         )
-        processor = BlameProcessor(config).start()
+        processor = serving_processor(config).start()  # with the blame store, as serve runs it
         stack.callback(processor.stop)
         _step(f"blame processor listening on {processor.grpc_endpoint} (offline heuristic method)")
 

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from otel_blame import semconv as sc
 from otel_blame.attribution.decision import BlameDecision, blame_decision
+from otel_blame.attribution.registry import DEFAULT_METHOD
 from otel_blame.cli import main
 from otel_blame.commands.serve import load_serve_config, serving_processor
 from otel_blame.loaders import load_trajectory
@@ -111,7 +112,7 @@ def test_the_api_and_the_upload_page_take_the_decision(runs, kind: str, tmp_path
         client.get("/ui/attribute")
         form = {
             "text": file.read_text(),
-            "method": "heuristic",
+            "method": DEFAULT_METHOD,  # what the API uses when none is given
             "csrf_token": client.cookies.get(CSRF_COOKIE),
         }
         page = client.post("/ui/attribute", data=form)

@@ -193,7 +193,7 @@ def test_demo_with_jaeger_prints_links_to_blamed_traces(tmp_path: Path):
 
 
 def test_demo_without_autogen_says_what_to_install(monkeypatch: pytest.MonkeyPatch):
-    import otel_blame.demo as demo_module
+    import otel_blame.commands.demo as demo_module
 
     real_find_spec = demo_module.importlib.util.find_spec
     monkeypatch.setattr(
