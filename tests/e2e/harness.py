@@ -351,8 +351,10 @@ class BlameServer:
         http_port: int | None = None,
         quiet_period: float = 0.5,
         grpc_host: str = "127.0.0.1",
+        method: str = "heuristic",
     ):
         self.group = group
+        self.method = method
         self.grpc_host = grpc_host
         self.quiet_period = quiet_period
         self.name = name
@@ -376,7 +378,7 @@ class BlameServer:
             "--wal-dir",
             str(self.wal_dir),
             "--method",
-            "heuristic",
+            self.method,
             "--quiet-period",
             str(self.quiet_period),
         ]

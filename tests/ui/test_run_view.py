@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
+from otel_blame.attribution.registry import DEFAULT_METHOD
 from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.commands.attribute import annotation_verdict
 from otel_blame.demo.scenario import mismatch_reason
@@ -47,7 +48,7 @@ def _upload(client: TestClient, file: Path) -> TestClient:
     return client.post(
         "/ui/attribute",
         files={"file": (file.name, file.read_bytes(), "application/json")},
-        data={"method": "heuristic", "csrf_token": csrf},
+        data={"method": DEFAULT_METHOD, "csrf_token": csrf},  # what the API uses when none is given
     )
 
 
