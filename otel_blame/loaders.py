@@ -2,9 +2,11 @@
 
 Formats, detected from the content (not the file name):
 
-- conversation JSON: ``{"history": [...]}`` or ``{"conversation": [...]}`` (Who&When logs are this
-  format with extra annotation keys), or a bare list of messages. Each message has ``content`` and
-  a speaker in ``name`` / ``agent`` / ``sender`` / ``role``.
+- conversation JSON: ``{"history": [...]}``, ``{"conversation": [...]}`` or ``{"messages": [...]}``
+  (Who&When logs are this format with extra annotation keys), or a bare list of messages. Each
+  message has ``content`` (a string or OpenAI / Anthropic content parts) and a speaker in ``name`` /
+  ``agent`` / ``sender`` / ``role``; the tool calls it makes (OpenAI ``tool_calls``, Anthropic
+  ``tool_use`` parts) are part of its text, as ``tool_call NAME(ARGUMENTS)``.
 - OTLP JSON: an ExportTraceServiceRequest (``{"resourceSpans": [...]}``), the Collector file
   exporter's one-request-per-line output, or Jaeger's ``/api/v3/traces`` answer
   (``{"result": {"resourceSpans": [...]}}``). These go through the processor's own
@@ -33,12 +35,17 @@ _GENERIC_ROLES = {"user", "assistant", "system", "human", "tool", "function", "d
 _TOOL_ROLES = {"tool", "function", "ipython"}
 
 
+# where a conversation file keeps its messages, in order of preference
+CONVERSATION_KEYS = ("history", "conversation", "messages")
+
+
 class TrajectoryFormatError(ValueError):
     """The file is not a format otel-blame can read; the message says what was expected."""
 
 
 EXPECTED_FORMATS = (
-    'Expected a conversation ({"history": [...]} or {"conversation": [...]}, Who&When logs included), '
+    'Expected a conversation ({"history": [...]}, {"conversation": [...]} or {"messages": [...]}, Who&When '
+    "logs included), "
     'or an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
     "/api/v3/traces output)."
 )
@@ -59,20 +66,53 @@ def normalise_agent(label: str) -> str:
     return stripped or label
 
 
+def _tool_call_text(name: Any, arguments: Any) -> str:
+    """A tool call as the conventions layer writes it (``tool_call NAME(ARGS)``), so a call read from a
+    file and one read from spans look the same to attribution."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, default=str) if arguments is not None else ""
+    return f"tool_call {name or ''}({arguments})"
+
+
+def _part_text(part: Any) -> str:
+    """One content part: OpenAI and Anthropic text parts, Anthropic ``tool_use`` / ``tool_result``."""
+    if not isinstance(part, Mapping):
+        return str(part)
+    kind = part.get("type")
+    if kind == "tool_use":
+        return _tool_call_text(part.get("name"), part.get("input"))
+    if kind == "tool_result":
+        return _content_text(part.get("content"))
+    for key in ("text", "content", "output"):
+        if part.get(key) is not None:
+            return _content_text(part[key])
+    return ""
+
+
 def _content_text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # OpenAI content parts
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                parts.append(str(part.get("text") or part.get("content") or ""))
-            else:
-                parts.append(str(part))
-        return "\n".join(p for p in parts if p)
+    if isinstance(content, list):  # content parts
+        return "\n".join(text for text in (_part_text(part) for part in content) if text)
     return json.dumps(content, ensure_ascii=False)
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    """A message's content and the tool calls it makes (OpenAI ``tool_calls`` / ``function_call``):
+    a call is often all an assistant message holds, and it is what a tool-using run's blame is about."""
+    texts = [_content_text(message.get("content"))]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, Mapping):
+                function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+                texts.append(_tool_call_text(function.get("name"), function.get("arguments")))
+    function_call = message.get("function_call")
+    if isinstance(function_call, Mapping):
+        texts.append(_tool_call_text(function_call.get("name"), function_call.get("arguments")))
+    return "\n".join(text for text in texts if text)
 
 
 def step_from_message(position: int, message: Mapping[str, Any]) -> Step:
@@ -89,7 +129,7 @@ def step_from_message(position: int, message: Mapping[str, Any]) -> Step:
     raw_label = role or speaker or "unknown"
     if not speaker:
         speaker = role or "unknown"
-    content = _content_text(message.get("content"))
+    content = _message_text(message)
     kind = StepKind.MESSAGE
     is_error = False
     tool_name = message.get("tool_name") if isinstance(message.get("tool_name"), str) else None
@@ -101,6 +141,8 @@ def step_from_message(position: int, message: Mapping[str, Any]) -> Step:
         kind = StepKind.CODE_EXECUTION
     elif role.lower() in _TOOL_ROLES:
         kind = StepKind.TOOL
+        if tool_name is None and speaker != role:
+            tool_name = speaker  # OpenAI's tool / function messages name the function
     return Step(
         index=position,
         agent=normalise_agent(speaker),
@@ -117,9 +159,9 @@ def trajectory_from_conversation(
 ) -> Trajectory:
     """``{"history": [...]}``, ``{"conversation": [...]}`` or a bare message list -> Trajectory."""
     if isinstance(data, Mapping):
-        messages = data.get("history", data.get("conversation"))
-        if not isinstance(messages, list):
-            raise TrajectoryFormatError("'history'/'conversation' must be a list of messages")
+        messages = next((data[key] for key in CONVERSATION_KEYS if isinstance(data.get(key), list)), None)
+        if messages is None:
+            raise TrajectoryFormatError("'history'/'conversation'/'messages' must be a list of messages")
         task = Task(
             name=str(data.get("question_ID") or data.get("task_name") or "task"),
             input=_optional_text(data.get("question", data.get("task"))),
@@ -328,6 +370,11 @@ def _parse(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
         raise TrajectoryFormatError(message) from None
 
 
+def _is_message(item: Mapping[str, Any]) -> bool:
+    """A chat message: it has content, or it only makes tool calls (OpenAI's ``content: null``)."""
+    return "content" in item or "tool_calls" in item or "function_call" in item
+
+
 def _first_line_is_json(text: str) -> bool:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) < 2:
@@ -355,9 +402,9 @@ def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]
         ) from None
     if _looks_like_otlp(data):
         return _from_otlp(text, source)
-    if isinstance(data, Mapping) and ("history" in data or "conversation" in data):
+    if isinstance(data, Mapping) and any(isinstance(data.get(key), list) for key in CONVERSATION_KEYS):
         return trajectory_from_conversation(data, source), {"annotation": _annotation(data)}
-    if isinstance(data, list) and data and all(isinstance(m, Mapping) and "content" in m for m in data):
+    if isinstance(data, list) and data and all(isinstance(m, Mapping) and _is_message(m) for m in data):
         return trajectory_from_conversation(data, source), {}
     keys = ", ".join(sorted(data)[:8]) if isinstance(data, Mapping) else type(data).__name__
     raise TrajectoryFormatError(f"{source}: unrecognised format (top level: {keys}). {EXPECTED_FORMATS}")

@@ -100,7 +100,7 @@ def test_names_win_over_roles_and_code_results_are_detected(tmp_path):
     assert [s.is_error for s in trajectory.steps] == [False, False, True, False]
 
 
-@pytest.mark.parametrize("key", ["history", "conversation"])
+@pytest.mark.parametrize("key", ["history", "conversation", "messages"])
 def test_plain_conversation_formats(tmp_path, key):
     data = {
         key: [
@@ -112,6 +112,50 @@ def test_plain_conversation_formats(tmp_path, key):
     assert [(s.agent, s.content) for s in trajectory.steps] == [("user", "hi"), ("Bot", "yo")]
     bare = parse_trajectory(json.dumps(data[key]))
     assert bare.agents == ["user", "Bot"]
+
+
+def test_tool_calls_in_openai_and_anthropic_messages_are_part_of_the_step():
+    """A tool-using run's decisive step is often a call whose message has no text (OpenAI's
+    ``content: null``): the call must reach attribution, written as the spans path writes it."""
+    messages = [
+        {"role": "user", "content": "Cancel order #W1."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "cancel", "arguments": '{"order": "#W2"}'},
+                }
+            ],
+        },
+        {"role": "tool", "name": "cancel", "tool_call_id": "c1", "content": '{"status": "cancelled"}'},
+        {"role": "assistant", "function_call": {"name": "notify", "arguments": '{"to": "me"}'}},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "name": "look", "input": {"q": 7}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "7 found"}]}
+            ],
+        },
+    ]
+    trajectory = parse_trajectory(json.dumps(messages))
+    assert [s.content for s in trajectory.steps] == [
+        "Cancel order #W1.",
+        'tool_call cancel({"order": "#W2"})',
+        '{"status": "cancelled"}',
+        'tool_call notify({"to": "me"})',
+        'Checking.\ntool_call look({"q": 7})',
+        "7 found",
+    ]
+    assert (trajectory.steps[2].kind, trajectory.steps[2].tool_name) == (StepKind.TOOL, "cancel")
 
 
 @pytest.mark.parametrize(
