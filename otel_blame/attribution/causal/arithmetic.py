@@ -30,7 +30,19 @@ _BINARY = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_FUNCTIONS = {"round": round, "abs": abs, "min": min, "max": max, "float": float, "int": int}
+_FUNCTIONS = {
+    "round": round,
+    "abs": abs,
+    "min": min,
+    "max": max,
+    "float": float,
+    "int": int,
+    "ceil": math.ceil,
+    "floor": math.floor,
+    "sqrt": math.sqrt,
+}
+_EXPRESSION = re.compile(r"^[\d\s.+\-*/%()a-z_,]+$")
+MAX_EXPRESSION_CHARS = 300
 
 
 class _NotArithmetic(Exception):
@@ -62,12 +74,49 @@ def _value(node: ast.AST, names: dict[str, float]) -> float:
         return result
     if (
         isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _FUNCTIONS
+        and isinstance(node.func, ast.Name | ast.Attribute)
+        and _function_name(node.func) in _FUNCTIONS
         and not node.keywords
     ):
-        return _FUNCTIONS[node.func.id](*(_value(arg, names) for arg in node.args))
+        try:
+            return _FUNCTIONS[_function_name(node.func)](*(_value(arg, names) for arg in node.args))
+        except (ValueError, OverflowError) as error:
+            raise _NotArithmetic from error
     raise _NotArithmetic
+
+
+def _function_name(node: ast.AST) -> str:
+    """``ceil`` and ``math.ceil`` alike."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math":
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def expression_value(text: str) -> float | None:
+    """The value of a plain arithmetic expression (a calculator tool's argument: ``ceil(11388 / 900)``),
+    or None when the text is anything else."""
+    text = text.strip()
+    if not text or len(text) > MAX_EXPRESSION_CHARS or not _EXPRESSION.match(text.lower()):
+        return None
+    if not any(ch.isdigit() for ch in text) or not any(op in text for op in "+-*/%("):
+        return None
+    try:
+        return float(_value(ast.parse(text, mode="eval").body, {}))
+    except (_NotArithmetic, SyntaxError, ValueError, TypeError, RecursionError):
+        return None
+
+
+def agrees(value: float, printed: list[str]) -> bool:
+    """Whether a result's printed numbers hold ``value`` (as printed, or rounded to what was printed)."""
+    for number in printed:
+        try:
+            shown = float(number)
+        except ValueError:
+            continue
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        if abs(shown - value) <= 0.5 * 10**-decimals + 1e-9 * max(1.0, abs(value)):
+            return True
+    return False
 
 
 def _printed(node: ast.AST, names: dict[str, float]) -> str:

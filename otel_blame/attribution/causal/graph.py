@@ -152,17 +152,37 @@ def _call_behind(steps: list[Step], result: Step, messages: set[int]) -> int | N
     return fallback
 
 
-def _answer(trajectory: Trajectory, texts: list[str], candidates: list[int]) -> tuple[str, int | None]:
-    """The run's answer text and the step that states it: the recorded final output, else the last
-    message with something in it."""
-    last = next(
-        (index for index in reversed(candidates) if trajectory.steps[index].kind == StepKind.MESSAGE), None
-    )
-    if trajectory.task.final_output:
-        return trajectory.task.final_output, last
+def _answer(
+    trajectory: Trajectory, texts: list[str], tokens: list[set[str]], candidates: list[int]
+) -> tuple[str, int | None]:
+    """The run's answer text and the step that states it: the recorded final output and the last
+    message that carries it (a closing "thanks" after it states nothing), else the last message with
+    something in it."""
+    messages = [index for index in reversed(candidates) if trajectory.steps[index].kind == StepKind.MESSAGE]
+    last = messages[0] if messages else None
+    final = trajectory.task.final_output
+    if final:
+        return final, _stating(final, messages, texts, tokens) or last
     if last is None or (_STOPPED.search(texts[last][-400:]) and not _ANSWERED.search(texts[last])):
         return "", last  # the run was stopped before it answered: there is no answer to trace
     return texts[last][-600:], last
+
+
+def _squeezed(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _stating(final: str, messages: list[int], texts: list[str], tokens: list[set[str]]) -> int | None:
+    """The last of ``messages`` (latest first) that states ``final``: holds its text, or most of its
+    values and names."""
+    wanted = _squeezed(final)[:200]
+    carried = tokens_of(final[:2000])
+    for index in messages[:40]:
+        if wanted and wanted in _squeezed(texts[index]):
+            return index
+        if carried and len(carried & tokens[index]) >= 0.6 * len(carried):
+            return index
+    return None
 
 
 def build_graph(trajectory: Trajectory) -> RunGraph:
@@ -198,7 +218,7 @@ def build_graph(trajectory: Trajectory) -> RunGraph:
             if call is not None:
                 call_of[step.index] = call
                 uses[step.index].add(call)
-    answer_text, answer_step = _answer(trajectory, texts, candidates)
+    answer_text, answer_step = _answer(trajectory, texts, tokens, candidates)
     answer_tokens = tokens_of(answer_text) | {n for n in numbers_in(answer_text) if n not in task_tokens}
     return RunGraph(
         trajectory=trajectory,

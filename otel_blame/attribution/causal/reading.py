@@ -14,8 +14,13 @@ the failure's path. A step's content is *unsupported* when:
   a plan or a question before the stop word (``unanswered_stop``); any stop the run went on past
   (``stop_mid_run``);
 - it is a result that does not follow from its call: a failure the call did not cause (a dependency:
-  HTTP 429/5xx, a timeout, a failing tool span; or arithmetic code that cannot fail) or a value the
-  call's arithmetic does not produce (``dependency``, ``result_contradicts_call``).
+  HTTP 429/5xx, a timeout, a failing tool span; or arithmetic code that cannot fail), a value the
+  call's arithmetic does not produce, or an identifier the call asked for answered with another
+  (``dependency``, ``result_contradicts_call``);
+- it calls a tool with an argument (a number, an identifier) nothing before it gave
+  (``novel_call_value``);
+- it states the run's answer with values that nothing before it gave or derives
+  (``answer_unsupported``).
 
 Every feature is a number in [0, 1] per step; the ranker (:mod:`otel_blame.attribution.ranker`)
 weighs them. Nothing here knows agent names, role strings or absolute positions.
@@ -26,7 +31,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from otel_blame.attribution.causal.arithmetic import printed_numbers
+from otel_blame.attribution.causal.arithmetic import agrees, expression_value, printed_numbers
+from otel_blame.attribution.causal.calls import (
+    ToolCall,
+    argument_atoms,
+    atoms_of,
+    keyed_values,
+    parse_json,
+    tool_calls,
+)
 from otel_blame.attribution.causal.graph import RunGraph, build_graph, is_value, numbers_in, tokens_of
 from otel_blame.attribution.systemic import result_text_failure
 from otel_blame.trajectory import DependencyFailure, StepKind, Trajectory
@@ -50,6 +63,8 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "caused_failing_result",
     "result_contradicts_call",
     "answer_step",
+    "novel_call_value",
+    "answer_unsupported",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -70,6 +85,7 @@ _HARD = re.compile(
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _DIGIT = re.compile(r"\d")
 MAX_STATEMENTS = 16
+ANSWER_INPUTS = 8  # the steps just before the answer whose values it may work from
 _WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
 
 
@@ -218,6 +234,117 @@ def _given(graph: RunGraph, index: int) -> int | None:
     return -1 if graph.trajectory.task.input else None
 
 
+def _call_of_result(calls: list[ToolCall], tool_name: str | None) -> ToolCall | None:
+    """The call a result answers, among the calls of the message behind it (by tool name)."""
+    if not calls:
+        return None
+    return next((call for call in reversed(calls) if call.name == tool_name), calls[-1])
+
+
+def _contradicts(call: ToolCall, result: str) -> bool:
+    """A result that does not follow from its call: a calculator's expression whose value it does not
+    print, or an identifier the call asked for that the result answers with another."""
+    arguments = call.arguments if isinstance(call.arguments, dict) else {"": call.arguments}
+    for value in arguments.values():
+        if isinstance(value, str):
+            expected = expression_value(value)
+            if expected is not None:
+                printed = numbers_in(result)
+                return bool(printed) and not agrees(expected, printed)
+    answered = parse_json(result)
+    if not isinstance(answered, dict):
+        return False
+    asked = keyed_values(arguments)
+    echoed = keyed_values(answered)
+    return any(key in echoed and echoed[key] != value for key, value in asked.items())
+
+
+def _calls_read(graph: RunGraph) -> tuple[dict[int, float], dict[int, float]]:
+    """Per message, the share of its calls' argument values nothing before it gave
+    (``novel_call_value``); per tool result, whether it contradicts its call. Only runs whose steps
+    make tool calls pay for this."""
+    steps = graph.steps
+    calls = {
+        index: tool_calls(steps[index].content)
+        for index in graph.candidates
+        if steps[index].kind == StepKind.MESSAGE and "tool_call " in steps[index].content
+    }
+    calls = {index: found for index, found in calls.items() if found}
+    if not calls:
+        return {}, {}
+    seen = set(atoms_of(graph.trajectory.task.input or ""))
+    novel: dict[int, float] = {}
+    contradicted: dict[int, float] = {}
+    for step in steps:
+        if step.index in calls:
+            atoms = [atom for call in calls[step.index] for atom in argument_atoms(call)]
+            fresh = [atom for atom in atoms if atom not in seen]
+            if fresh:
+                novel[step.index] = min(1.0, len(fresh) / 2)
+        elif step.kind == StepKind.TOOL and graph.call_of.get(step.index) in calls:
+            call = _call_of_result(calls[graph.call_of[step.index]], step.tool_name)
+            if call is not None and _contradicts(call, step.content):
+                contradicted[step.index] = 1.0
+        seen.update(atoms_of(step.content))
+    return novel, contradicted
+
+
+_OPERATIONS = (
+    lambda a, b: a + b,
+    lambda a, b: a - b,
+    lambda a, b: b - a,
+    lambda a, b: a * b,
+    lambda a, b: a / b if b else None,
+    lambda a, b: b / a if a else None,
+)
+
+
+def _derived(value: str, numbers: list[str]) -> bool:
+    """Whether ``value`` is one arithmetic step from two of ``numbers`` (a sum, difference, product or
+    ratio of values at hand: worked out, not made up)."""
+    try:
+        target = float(value)
+    except ValueError:
+        return False
+    values = []
+    for number in dict.fromkeys(numbers):
+        if number != value:
+            try:
+                values.append(float(number))
+            except ValueError:
+                continue
+    values = values[:30]
+    decimals = len(value.split(".")[1]) if "." in value else 0
+    tolerance = 0.5 * 10**-decimals + 1e-9 * max(1.0, abs(target))
+    for position, first in enumerate(values):
+        for second in values[position:]:
+            for operation in _OPERATIONS:
+                found = operation(first, second)
+                if found is not None and abs(found - target) <= tolerance:
+                    return True
+    return False
+
+
+def _answer_unsupported(graph: RunGraph) -> float:
+    """The share of the answer's values that first appear in the step stating it and do not follow
+    from the values at hand there: the answer itself is where they were made up."""
+    index = graph.answer_step
+    if index is None or graph.steps[index].kind != StepKind.MESSAGE:
+        return 0.0
+    values = {token for token in graph.answer_tokens & graph.tokens[index] if is_value(token)}
+    if not values:
+        return 0.0
+    fresh = [token for token in values if graph.origin.get(token) == index]
+    if not fresh:
+        return 0.0
+    at_hand = list(graph.numbers[index]) + numbers_in(graph.trajectory.task.input or "")
+    for used in sorted({*graph.uses[index], *range(max(0, index - ANSWER_INPUTS), index)}):
+        if used >= 0:
+            at_hand += graph.numbers[used]
+    unsupported = [token for token in fresh if not _derived(token, at_hand)]
+    return len(unsupported) / len(values)
+
+
 def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> CausalReading:
     """The causal features of every candidate step (see the module docstring)."""
     graph = graph or build_graph(trajectory)
@@ -299,6 +426,12 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                     features["result_contradicts_call"][index] = 1.0
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
+    novel_calls, contradicted = _calls_read(graph)
+    features["novel_call_value"].update(novel_calls)
+    features["result_contradicts_call"].update(contradicted)
+    unsupported_answer = _answer_unsupported(graph)
+    if unsupported_answer and graph.answer_step is not None:
+        features["answer_unsupported"][graph.answer_step] = unsupported_answer
     for index in dependency_at:  # a failing call recorded under the agent's own step (spans)
         if steps[index].kind == StepKind.MESSAGE:
             features["dependency"][index] = 1.0
