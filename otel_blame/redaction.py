@@ -6,13 +6,22 @@ GitHub, Slack, Google and GitLab, JWTs, PEM private key blocks, passwords in con
 after names such as ``password=``, bearer and basic auth credentials, and e-mail addresses; an
 optional user callable runs after them. A failing user callable never lets unredacted text
 through: the whole text is replaced by :data:`REDACTION_FAILED`.
+
+An e-mail address is an identifier agents pass on (to a lookup tool, in a hand-off), so it is masked
+by a pseudonym, ``[REDACTED:email:3fa9c1d2]``: a keyed hash (HMAC-SHA256, a random key per
+:class:`Redactor`, never written anywhere) that is the same for the same address within the process.
+Attribution can then still see that an agent passed on an address other than the one it was given,
+without anyone learning either address.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -46,6 +55,8 @@ class RedactionPattern:
     # Only a match whose secret (or whole match) passes this check is masked; it gets the secret
     # and the whole match (the name it was written under, for one).
     validate: Callable[[str, str], bool] | None = None
+    # masked by a keyed pseudonym (the same for the same value under one key) instead of the label alone
+    pseudonym: bool = False
 
     def __post_init__(self) -> None:
         # each trigger with its rarest character: a one-character test (memchr) is an order of
@@ -67,9 +78,11 @@ class RedactionPattern:
             return False
         return True
 
-    def apply(self, text: str) -> tuple[str, int]:
+    def apply(self, text: str, key: bytes = b"") -> tuple[str, int]:
         marker = f"[REDACTED:{self.label}]"
         secret_groups = [name for name in self.regex.groupindex if name.startswith("secret")]
+        if self.pseudonym and key:
+            return self.regex.subn(lambda match: self._pseudonym(match.group(0), key), text)
         if not secret_groups and self.validate is None:
             return self.regex.subn(marker, text)
         count = 0
@@ -90,6 +103,10 @@ class RedactionPattern:
 
         redacted = self.regex.sub(replace, text)
         return redacted, count
+
+    def _pseudonym(self, value: str, key: bytes) -> str:
+        digest = hmac.new(key, value.lower().encode("utf-8"), hashlib.sha256).hexdigest()[:8]
+        return f"[REDACTED:{self.label}:{digest}]"
 
 
 # Characters of a standard or URL-safe base64 run; used to find where a secret ends.
@@ -260,6 +277,7 @@ BUILTIN_PATTERNS: tuple[RedactionPattern, ...] = (
             r"\b[A-Za-z0-9._%+\-]+@[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}\b"
         ),
         triggers=("@",),
+        pseudonym=True,
     ),
 )
 
@@ -295,6 +313,7 @@ class Redactor:
         for label, regex in extra_patterns:
             patterns.append(RedactionPattern(label, re.compile(regex) if isinstance(regex, str) else regex))
         self._patterns = tuple(patterns)
+        self._key = os.urandom(16)  # for pseudonyms: never leaves the process (or its workers)
         self._hook = hook
         self._lock = threading.Lock()
         self._hook_failures = 0
@@ -320,7 +339,7 @@ class Redactor:
         lowered = text.lower()
         for pattern in self._patterns:
             if pattern.may_match(text, lowered):
-                text, count = pattern.apply(text)
+                text, count = pattern.apply(text, self._key)
                 if count:
                     total += count
                     lowered = text.lower()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import pickle
 import re
 import string
 
@@ -155,14 +156,29 @@ def test_builtin_patterns_mask_keys_tokens_and_emails():
     assert "AKIAABCDEFGHIJKLMNOP" not in result.text
     assert "ghp_aaaa" not in result.text
     assert "eyJhbGciOi" not in result.text and "Bearer [REDACTED:bearer_token]" in result.text
-    assert "jane.doe@example.org" not in result.text and "[REDACTED:email]" in result.text
+    assert "jane.doe@example.org" not in result.text and "[REDACTED:email:" in result.text
     assert "hunter22secret" not in result.text and "api_key=[REDACTED:api_key]" in result.text
     assert result.replacements >= 6 and result.changed
 
 
+def test_an_email_is_masked_by_a_pseudonym_the_same_for_the_same_address_only():
+    """Agents pass addresses on (to a lookup tool, in a hand-off): the mask keeps "the same address"
+    and "another address" apart, so attribution can see a wrong one was passed, and reveals neither."""
+    redactor = Redactor()
+    first = redactor("write to Jane.Doe@example.org")
+    again = redactor('lookup_customer({"email": "jane.doe@example.org"})')
+    other = redactor('lookup_customer({"email": "jane.doe36@example.org"})')
+    mask = re.search(r"\[REDACTED:email:[0-9a-f]{8}\]", first).group(0)
+    assert mask in again and mask not in other and "example.org" not in first + again + other
+    assert mask not in Redactor()("write to Jane.Doe@example.org")  # a key of its own: no dictionary attack
+    assert pickle.loads(pickle.dumps(redactor))("jane.doe@example.org") == mask  # the same in workers
+
+
 def test_user_hook_runs_after_builtins_and_a_failing_hook_withholds_content():
     redactor = Redactor(lambda t: t.replace("Project Zeus", "[codename]"))
-    assert redactor("Project Zeus mail a@b.io") == "[codename] mail [REDACTED:email]"
+    assert re.fullmatch(
+        r"\[codename\] mail \[REDACTED:email:[0-9a-f]{8}\]", redactor("Project Zeus mail a@b.io")
+    )
 
     def broken(text: str) -> str:
         raise RuntimeError("boom")
