@@ -20,7 +20,9 @@ the failure's path. A step's content is *unsupported* when:
 - it calls a tool with an argument (a number, an identifier) nothing before it gave
   (``novel_call_value``);
 - it states the run's answer with values that nothing before it gave or derives
-  (``answer_unsupported``).
+  (``answer_unsupported``);
+- the agent it handed over to said what it got was lacking: missing, not confirmed, incomplete
+  (``input_found_lacking``, on the message that was answered: the victim names its input).
 
 Every feature is a number in [0, 1] per step; the ranker (:mod:`otel_blame.attribution.ranker`)
 weighs them. Nothing here knows agent names, role strings or absolute positions.
@@ -65,6 +67,7 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "answer_step",
     "novel_call_value",
     "answer_unsupported",
+    "input_found_lacking",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -201,6 +204,32 @@ def _dropped_task(graph: RunGraph) -> dict[int, float]:
             if len(message_numbers.get(index, set()) - {number}) >= 1:
                 found[index] = min(1.0, found.get(index, 0.0) + 0.5)
                 break
+    return found
+
+
+# a message saying what it was given lacks something (run on lower-cased text, when a key is there)
+_LACKING = re.compile(
+    r"\b(?:does not|doesn't|did not|didn't|do not|don't) (?:confirm|include|say|state|mention|provide|"
+    r"contain|give|show|specify)\b|\b(?:is|was|are|were) (?:still )?(?:missing|not (?:provided|given|"
+    r"included|confirmed|verified|specified)|incomplete|unverified)\b|\bmissing (?:from|in) (?:the|your)\b"
+    r"|\bnot enough (?:information|detail)|\bincomplete (?:information|summary|note|report|data)\b"
+)
+_LACKING_KEYS = ("not ", "n't ", "missing", "incomplete", "unverified")
+LACKING_CHARS = 1500
+
+
+def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
+    """The message each complaint answers (the closest earlier message by another agent): an agent
+    that says its input lacks something names where the run went wrong before it."""
+    found: dict[int, float] = {}
+    for index in graph.candidates:
+        if graph.steps[index].kind != StepKind.MESSAGE:
+            continue
+        head = lowers[index][:LACKING_CHARS]
+        if any(key in head for key in _LACKING_KEYS) and _LACKING.search(head):
+            given = _given(graph, index)
+            if given is not None and given >= 0 and given != graph.task_step:
+                found[given] = 1.0
     return found
 
 
@@ -426,6 +455,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                     features["result_contradicts_call"][index] = 1.0
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
+    features["input_found_lacking"].update(_found_lacking(graph, lowers))
     novel_calls, contradicted = _calls_read(graph)
     features["novel_call_value"].update(novel_calls)
     features["result_contradicts_call"].update(contradicted)
