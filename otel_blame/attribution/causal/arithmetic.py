@@ -107,7 +107,9 @@ def expression_value(text: str) -> float | None:
 
 
 def agrees(value: float, printed: list[str]) -> bool:
-    """Whether a result's printed numbers hold ``value`` (as printed, or rounded to what was printed)."""
+    """Whether a result's printed numbers hold ``value`` (as printed, or rounded to what was printed;
+    a number is read without its sign)."""
+    value = abs(value)
     for number in printed:
         try:
             shown = float(number)
