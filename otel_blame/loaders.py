@@ -402,7 +402,7 @@ def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]
         ) from None
     if _looks_like_otlp(data):
         return _from_otlp(text, source)
-    if isinstance(data, Mapping) and any(isinstance(data.get(key), list) for key in CONVERSATION_KEYS):
+    if isinstance(data, Mapping) and any(key in data for key in CONVERSATION_KEYS):
         return trajectory_from_conversation(data, source), {"annotation": _annotation(data)}
     if isinstance(data, list) and data and all(isinstance(m, Mapping) and _is_message(m) for m in data):
         return trajectory_from_conversation(data, source), {}

@@ -372,7 +372,7 @@ def test_the_verdict_is_compared_with_the_annotation(dataset: Path):
         ),
         (b'{"resourceSpans": []}\n{"resourceSpans": [}\n', "not valid JSON at line 2, column 20"),
         (b'\xff\xfe{"history": []}', "not UTF-8 text (byte 0xff at offset 0, line 1)"),
-        (b'{"history": "not a list"}', "'history'/'conversation' must be a list of messages"),
+        (b'{"history": "not a list"}', "'history'/'conversation'/'messages' must be a list of messages"),
         (b"[1, 2, 3]", "unrecognised format (top level: list)"),
         (b"", "is empty"),
     ],

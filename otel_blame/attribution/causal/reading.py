@@ -106,8 +106,11 @@ class CausalReading:
 
     def root_dependency(self) -> int | None:
         """The earliest failing dependency the run never got past: no later call to it succeeded.
-        Where the failure's path starts at one, it is the cause, wherever in the run it sits."""
+        Where the failure's path starts at one, it is the cause, wherever in the run it sits; unless
+        a later step stopped the run while announcing work still to do (a retry it never made): then
+        that stop, not the dependency, ended the run."""
         steps = self.graph.steps
+        stops = self.features["unanswered_stop"]
         for index in sorted(self.dependency_at):
             name = self.dependency_at[index].name
             recovered = any(
@@ -118,7 +121,7 @@ class CausalReading:
                 and not steps[later].is_error
                 for later in range(index + 1, len(steps))
             )
-            if not recovered and name:
+            if not recovered and name and not any(stop > index for stop in stops):
                 return index
         return None
 
@@ -178,6 +181,19 @@ def _dropped_input(
     return min(1.0, missing / 2)
 
 
+def _task_cut_short(graph: RunGraph) -> int | None:
+    """The message that delivered the task with most of it cut off: its text is the opening of the
+    recorded task, and much shorter (what followed never reached the agents)."""
+    task = " ".join((graph.trajectory.task.input or "").split())
+    if len(task) < 40:
+        return None
+    for index in graph.candidates[:3]:
+        said = " ".join(graph.steps[index].content.split())
+        if len(said) >= 8 and len(said) < 0.6 * len(task) and task.startswith(said.rstrip(".…")):
+            return index
+    return None
+
+
 def _dropped_task(graph: RunGraph) -> dict[int, float]:
     """Task values that stop being carried: each task number no step after its last carrier repeats is
     charged to the first message after that carrier that restates other task values (it should have
@@ -233,7 +249,13 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
     return found
 
 
-_ASKS = re.compile(r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b", re.IGNORECASE | re.MULTILINE)
+_ASKS = re.compile(
+    r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b"
+    # work the message itself announces: "I will retry", "let me check", "I'll wait"
+    r"|\b(?:i|we) (?:will|shall|am going to|are going to)\b|\b(?:i'll|we'll|let me|let us)\b"
+    r"|\bretry\b|\bwait\b",
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 def _pending_work(text: str, is_request: bool) -> bool:
@@ -431,10 +453,11 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                 features["override"][index] = 1.0
             if _STOP.search(text[-400:]):
                 recent = range(index - 1, max(-1, index - 3), -1)
-                if any(earlier in failed_results or earlier in dependency_at for earlier in recent):
-                    features["explained_stop"][index] = 1.0
-                elif not answered and index == last_message and _pending_work(text, index == graph.task_step):
+                pending = _pending_work(text, index == graph.task_step)
+                if not answered and index == last_message and pending:
                     features["unanswered_stop"][index] = 1.0
+                elif any(earlier in failed_results or earlier in dependency_at for earlier in recent):
+                    features["explained_stop"][index] = 1.0
         else:
             call = graph.call_of.get(index)
             if index in dependency_at:
@@ -455,6 +478,9 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                     features["result_contradicts_call"][index] = 1.0
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
+    cut_short = _task_cut_short(graph)
+    if cut_short is not None:
+        features["dropped_task"][cut_short] = 1.0
     features["input_found_lacking"].update(_found_lacking(graph, lowers))
     novel_calls, contradicted = _calls_read(graph)
     features["novel_call_value"].update(novel_calls)
