@@ -67,7 +67,22 @@ RANKER_SIGNALS: tuple[Signal, ...] = tuple(
     if signal.name in ("early_decision", "fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
 )
 SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
-FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES)
+# The decisive step is the *earliest* step whose content its inputs do not support: for each kind of
+# such evidence, whether a step is the first in its run to show it (later ones may only inherit it)
+EARLIEST_OF: tuple[str, ...] = (
+    "novel_value",
+    "novel_call_value",
+    "dropped_input",
+    "dropped_task",
+    "override",
+    "caused_failing_result",
+    "result_contradicts_call",
+    "input_found_lacking",
+    "signal_fabrication",
+    "answer_origin",
+)
+EARLIEST_FEATURES: tuple[str, ...] = tuple(f"earliest_{name}" for name in EARLIEST_OF)
+FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES, *EARLIEST_FEATURES)
 
 # what a person reads for the features that point at a step (the strongest contributions first)
 REASONS: dict[str, str] = {
@@ -211,6 +226,10 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
         if cross_run and index in cross_run:
             row["cross_run"] = cross_run[index]
         rows.append(row)
+    for name in EARLIEST_OF:
+        first = next((row for row in rows if row.get(name)), None)
+        if first is not None:
+            first[f"earliest_{name}"] = 1.0
     return StepRows(trajectory, candidates, rows, reading)
 
 

@@ -104,6 +104,19 @@ def argument_atoms(call: ToolCall) -> list[str]:
     return atoms[:MAX_ATOMS]
 
 
+def argument_words(call: ToolCall) -> list[str]:
+    """A call's one-word text arguments (a region, a code, a name: no spaces), lower-cased: each
+    should appear, as it is, in something the agent saw. Phrases (a search query) are the agent's
+    own wording and are not checked."""
+    words = []
+    for _, value in _scalars(call.arguments):
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if 2 <= len(word) <= 40 and " " not in word and any(ch.isalpha() for ch in word):
+                words.append(word)
+    return words[:MAX_ATOMS]
+
+
 def keyed_values(value: Any) -> dict[str, str]:
     """Identifier-like scalars by key (``{"order_id": "#W1"}`` -> ``{"order_id": "#w1"}``): what a
     result should echo of its call."""

@@ -18,7 +18,8 @@ the failure's path. A step's content is *unsupported* when:
   call's arithmetic does not produce, or an identifier the call asked for answered with another
   (``dependency``, ``result_contradicts_call``);
 - it calls a tool with an argument (a number, an identifier) nothing before it gave
-  (``novel_call_value``);
+  (``novel_call_value``), or states an identifier (an id, a date, a code) nothing before it gave:
+  identifiers are passed on, never worked out (``novel_identifier``);
 - it states the run's answer with values that nothing before it gave or derives
   (``answer_unsupported``);
 - the agent it handed over to said what it got was lacking: missing, not confirmed, incomplete
@@ -35,8 +36,10 @@ from dataclasses import dataclass, field
 
 from otel_blame.attribution.causal.arithmetic import agrees, expression_value, printed_numbers
 from otel_blame.attribution.causal.calls import (
+    ATOM_SCAN_CHARS,
     ToolCall,
     argument_atoms,
+    argument_words,
     atoms_of,
     keyed_values,
     parse_json,
@@ -68,6 +71,7 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "novel_call_value",
     "answer_unsupported",
     "input_found_lacking",
+    "novel_identifier",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -88,7 +92,7 @@ _HARD = re.compile(
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _DIGIT = re.compile(r"\d")
 MAX_STATEMENTS = 16
-ANSWER_INPUTS = 8  # the steps just before the answer whose values it may work from
+ANSWER_INPUTS = 2  # the steps just before the answer whose values it may work from
 _WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
 
 
@@ -310,34 +314,77 @@ def _contradicts(call: ToolCall, result: str) -> bool:
     return any(key in echoed and echoed[key] != value for key, value in asked.items())
 
 
-def _calls_read(graph: RunGraph) -> tuple[dict[int, float], dict[int, float]]:
-    """Per message, the share of its calls' argument values nothing before it gave
-    (``novel_call_value``); per tool result, whether it contradicts its call. Only runs whose steps
-    make tool calls pay for this."""
+def _is_identifier(atom: str) -> bool:
+    """An atom that names something (C-1348, #W9031525, 2024-03-28, jonas_berg_1333), not a value:
+    identifiers are looked up or passed on, never worked out, so one nothing gave was made up."""
+    if is_value(atom) and atom.replace(".", "", 1).isdigit():
+        return False
+    return any(mark in atom for mark in "-#@._") or len(atom) >= 6
+
+
+@dataclass
+class _AtomsReading:
+    identifiers: dict[int, float] = field(default_factory=dict)  # novel_identifier
+    novel_calls: dict[int, float] = field(default_factory=dict)  # novel_call_value
+    contradicted: dict[int, float] = field(default_factory=dict)  # result_contradicts_call
+    failed_calls: dict[int, float] = field(default_factory=dict)  # caused_failing_result
+
+
+# a message saying the call it just made failed (lower-cased head; where no result step was recorded)
+_CALL_FAILED = re.compile(
+    r"\b(?:encountered an error|an error occurred|error:|failed|does not exist|doesn't exist|don't exist"
+    r"|not a valid tool|invalid (?:tool|argument|input)|not available)\b"
+)
+
+
+def _atoms_read(graph: RunGraph) -> _AtomsReading:
+    """One pass over the numbers and identifiers of every step, in order: per message, the
+    identifiers it is first to state (``novel_identifier``) and the share of its calls' argument
+    values nothing before it gave (``novel_call_value``); per tool result, whether it contradicts its
+    call; per call whose result was not recorded as a step, whether its agent's next message says it
+    failed."""
     steps = graph.steps
     calls = {
-        index: tool_calls(steps[index].content)
+        index: found
         for index in graph.candidates
-        if steps[index].kind == StepKind.MESSAGE and "tool_call " in steps[index].content
+        if steps[index].kind == StepKind.MESSAGE and (found := tool_calls(steps[index].content))
     }
-    calls = {index: found for index, found in calls.items() if found}
-    if not calls:
-        return {}, {}
     seen = set(atoms_of(graph.trajectory.task.input or ""))
-    novel: dict[int, float] = {}
-    contradicted: dict[int, float] = {}
+    # what the agents had seen, as text (for one-word arguments); only runs that make calls keep it
+    history = [(graph.trajectory.task.input or "").lower()] if calls else []
+    found = _AtomsReading()
+    identifiers, novel, contradicted = found.identifiers, found.novel_calls, found.contradicted
+    candidates = set(graph.candidates)
     for step in steps:
+        atoms = atoms_of(step.content)
         if step.index in calls:
-            atoms = [atom for call in calls[step.index] for atom in argument_atoms(call)]
-            fresh = [atom for atom in atoms if atom not in seen]
+            arguments = [atom for call in calls[step.index] for atom in argument_atoms(call)]
+            fresh = [atom for atom in arguments if atom not in seen]
+            words = [word for call in calls[step.index] for word in argument_words(call)]
+            fresh += [word for word in words if not any(word in text for text in history)]
             if fresh:
                 novel[step.index] = min(1.0, len(fresh) / 2)
         elif step.kind == StepKind.TOOL and graph.call_of.get(step.index) in calls:
             call = _call_of_result(calls[graph.call_of[step.index]], step.tool_name)
             if call is not None and _contradicts(call, step.content):
                 contradicted[step.index] = 1.0
-        seen.update(atoms_of(step.content))
-    return novel, contradicted
+        if step.kind == StepKind.MESSAGE and step.index in candidates and step.index != graph.task_step:
+            made_up = {atom for atom in atoms if atom not in seen and _is_identifier(atom)}
+            if made_up:
+                identifiers[step.index] = min(1.0, len(made_up) / 2)
+        seen.update(atoms)
+        if calls:
+            history.append(step.content[:ATOM_SCAN_CHARS].lower())
+    for index in calls:
+        after = index + 1
+        if (
+            after < len(steps)
+            and steps[after].kind == StepKind.MESSAGE
+            and steps[after].agent == steps[index].agent
+            and _CALL_FAILED.search(steps[after].content[:LACKING_CHARS].lower())
+        ):
+            found.failed_calls[index] = 1.0
+    return found
 
 
 _OPERATIONS = (
@@ -364,7 +411,7 @@ def _derived(value: str, numbers: list[str]) -> bool:
                 values.append(float(number))
             except ValueError:
                 continue
-    values = values[:30]
+    values = values[:16]
     decimals = len(value.split(".")[1]) if "." in value else 0
     tolerance = 0.5 * 10**-decimals + 1e-9 * max(1.0, abs(target))
     for position, first in enumerate(values):
@@ -376,22 +423,24 @@ def _derived(value: str, numbers: list[str]) -> bool:
     return False
 
 
-def _answer_unsupported(graph: RunGraph) -> float:
+def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
     """The share of the answer's values that first appear in the step stating it and do not follow
-    from the values at hand there: the answer itself is where they were made up."""
+    from the values at hand there (the answer itself is where they were made up); an identifier the
+    answer is first to state (``made_up``: nothing before gave it) counts in full."""
     index = graph.answer_step
     if index is None or graph.steps[index].kind != StepKind.MESSAGE:
         return 0.0
+    if made_up.get(index):
+        return 1.0
     values = {token for token in graph.answer_tokens & graph.tokens[index] if is_value(token)}
     if not values:
         return 0.0
     fresh = [token for token in values if graph.origin.get(token) == index]
     if not fresh:
         return 0.0
-    at_hand = list(graph.numbers[index]) + numbers_in(graph.trajectory.task.input or "")
-    for used in sorted({*graph.uses[index], *range(max(0, index - ANSWER_INPUTS), index)}):
-        if used >= 0:
-            at_hand += graph.numbers[used]
+    at_hand = list(graph.numbers[index])
+    for used in range(index - 1, max(-1, index - ANSWER_INPUTS - 1), -1):
+        at_hand += graph.numbers[used]
     unsupported = [token for token in fresh if not _derived(token, at_hand)]
     return len(unsupported) / len(values)
 
@@ -482,10 +531,12 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     if cut_short is not None:
         features["dropped_task"][cut_short] = 1.0
     features["input_found_lacking"].update(_found_lacking(graph, lowers))
-    novel_calls, contradicted = _calls_read(graph)
-    features["novel_call_value"].update(novel_calls)
-    features["result_contradicts_call"].update(contradicted)
-    unsupported_answer = _answer_unsupported(graph)
+    atoms = _atoms_read(graph)
+    features["novel_identifier"].update(atoms.identifiers)
+    features["novel_call_value"].update(atoms.novel_calls)
+    features["result_contradicts_call"].update(atoms.contradicted)
+    features["caused_failing_result"].update(atoms.failed_calls)
+    unsupported_answer = _answer_unsupported(graph, atoms.identifiers)
     if unsupported_answer and graph.answer_step is not None:
         features["answer_unsupported"][graph.answer_step] = unsupported_answer
     for index in dependency_at:  # a failing call recorded under the agent's own step (spans)
