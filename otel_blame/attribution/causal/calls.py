@@ -20,7 +20,12 @@ from otel_blame.attribution.causal.graph import canonical_number
 _CALL = re.compile(r"tool_call ([\w.\-]+)\(")
 # the atoms of a text worth checking: numbers, identifiers with a digit (ORD-1042, #W9031525,
 # user_id_17, an e-mail), not plain words (a query's words are the agent's own)
-_WORD = re.compile(r"#?[\w][\w\-@.]*")
+# an atom is read from its first digit on (a regex that starts with a digit lets the scan jump from
+# digit to digit), then extended back over the identifier characters before it
+_FROM_DIGIT = re.compile(r"\d[\w\-@.]*")
+_BEFORE_DIGIT = re.compile(r"#?[\w\-@.]*$")
+_IDENTIFIER_CHARS = frozenset("_-@.#")
+MAX_ATOM_CHARS = 200
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 ATOM_SCAN_CHARS = 20_000
 _DECODER = json.JSONDecoder()
@@ -73,14 +78,16 @@ def _scalars(value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
 
 def atoms_of(text: str) -> list[str]:
     """The numbers (canonical spelling) and identifiers with a digit in ``text``, lower-cased."""
-    if not any(ch.isdigit() for ch in text[:ATOM_SCAN_CHARS]):
-        return []
-    text = _THOUSANDS.sub("", text[:ATOM_SCAN_CHARS])
+    text = text[:ATOM_SCAN_CHARS]
+    if "," in text:
+        text = _THOUSANDS.sub("", text)
     atoms = []
-    for word in _WORD.findall(text):
+    for match in _FROM_DIGIT.finditer(text):
+        start, word = match.start(), match.group(0)
+        if start and (text[start - 1].isalnum() or text[start - 1] in _IDENTIFIER_CHARS):
+            before = _BEFORE_DIGIT.search(text, max(0, start - MAX_ATOM_CHARS), start)
+            word = (before.group(0) if before else "") + word
         word = word.rstrip(".-@")
-        if not any(ch.isdigit() for ch in word):
-            continue
         if word.replace(".", "", 1).isdigit():
             atoms.append(canonical_number(word))
         elif len(word) >= 3:

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 
 from otel_blame.attribution.causal.arithmetic import agrees, expression_value, printed_numbers
 from otel_blame.attribution.causal.calls import (
-    ATOM_SCAN_CHARS,
     ToolCall,
     argument_atoms,
     argument_words,
@@ -356,7 +355,7 @@ def _atoms_read(graph: RunGraph) -> _AtomsReading:
     identifiers, novel, contradicted = found.identifiers, found.novel_calls, found.contradicted
     candidates = set(graph.candidates)
     for step in steps:
-        atoms = atoms_of(step.content)
+        atoms = atoms_of(graph.texts[step.index])
         if step.index in calls:
             arguments = [atom for call in calls[step.index] for atom in argument_atoms(call)]
             fresh = [atom for atom in arguments if atom not in seen]
@@ -374,7 +373,7 @@ def _atoms_read(graph: RunGraph) -> _AtomsReading:
                 identifiers[step.index] = min(1.0, len(made_up) / 2)
         seen.update(atoms)
         if calls:
-            history.append(step.content[:ATOM_SCAN_CHARS].lower())
+            history.append(graph.texts[step.index].lower())
     for index in calls:
         after = index + 1
         if (
