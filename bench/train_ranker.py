@@ -11,7 +11,11 @@ each beside the best positional baseline of the same runs.
 Usage::
 
     PYTHONPATH=$PWD .venv/bin/python bench/train_ranker.py --who-and-when ../shared/who_and_when/dev \
-        --inject /work/zoo-data/demo --inject /work/zoo-data/triage ...
+        --inject /work/zoo-data/demo --inject /work/zoo-data/triage ... [--score /work/zoo-fresh/demo ...]
+
+``--inject`` may name one app's campaigns of several seeds (the directory name is the app). ``--score``
+campaigns are never fitted on: each app's is scored by a model fitted on the *other* apps' ``--inject``
+campaigns and Who&When, so its figures are out of sample twice over (other runs, another app).
 """
 
 from __future__ import annotations
@@ -83,6 +87,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--who-and-when", type=Path, help="the Who&When dev directory")
     parser.add_argument("--inject", type=Path, action="append", default=[], help="a labelled campaign dir")
+    parser.add_argument(
+        "--score",
+        type=Path,
+        action="append",
+        default=[],
+        help="a labelled campaign dir only scored, never fitted on: each app by a model fitted on the "
+        "other apps' --inject campaigns and Who&When (new runs of an app the model never saw)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the model")
     parser.add_argument("--no-write", action="store_true", help="validate only")
     parser.add_argument("--folds", type=int, default=5)
@@ -115,6 +127,17 @@ def main() -> None:
         scored = rf.leave_one_group_out(injected, extra=who)
         print("\n".join(_table("Campaigns, leave-one-app-out", scored, injected, "group")))
         print("\n".join(_table("Campaigns, leave-one-app-out, by fault kind", scored, injected, "kind")))
+    held: list[rf.LabelledRun] = []
+    for folder in args.score:
+        held += rf.load_group(folder, group=folder.name)
+    if held:
+        scored = []
+        for group in sorted({run.group for run in held}):
+            model = rf.fit([*who, *(run for run in injected if run.group != group)])
+            scored += rf.predict(model, [run for run in held if run.group == group])
+        title = "Fresh campaigns (--score), each app by a model fitted on the other apps"
+        print("\n".join(_table(title, scored, held, "group")))
+        print("\n".join(_table(f"{title}, by fault kind", scored, held, "kind")))
     if injected:
         scored = rf.cross_validate(injected, k=args.folds, seed=args.seed, extra=who)
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV", scored, injected, "group")))

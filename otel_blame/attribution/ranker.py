@@ -60,11 +60,12 @@ STRUCTURE_FEATURES: tuple[str, ...] = (
 # the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
 # enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
 # reports, premature acceptance and the error signals cost more than they added; the causal reading
-# covers errors)
+# covers errors). Not the early-decision prior: it is position alone, and a fitted position prior is
+# what made the verdict a guess on runs whose failures sit elsewhere than the training data's
 RANKER_SIGNALS: tuple[Signal, ...] = tuple(
     signal
     for signal in SIGNALS
-    if signal.name in ("early_decision", "fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
+    if signal.name in ("fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
 )
 SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
 # The decisive step is the *earliest* step whose content its inputs do not support: for each kind of

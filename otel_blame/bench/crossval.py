@@ -148,11 +148,17 @@ def fit_weights(
 
 def make_folds(runs: Sequence[LabelledRun], k: int = 5, seed: int = 0) -> list[list[int]]:
     """k folds of run positions, stratified by subset, shuffled with ``seed``."""
+    return stratified_folds([run.subset for run in runs], k, seed)
+
+
+def stratified_folds(groups: Sequence[str], k: int = 5, seed: int = 0) -> list[list[int]]:
+    """k folds of positions, each group spread evenly over them, shuffled with ``seed`` (the same
+    folds for the same groups, whichever method is validated on them)."""
     rng = random.Random(seed)
     folds: list[list[int]] = [[] for _ in range(k)]
     by_subset: dict[str, list[int]] = {}
-    for position, run in enumerate(runs):
-        by_subset.setdefault(run.subset, []).append(position)
+    for position, group in enumerate(groups):
+        by_subset.setdefault(group, []).append(position)
     offset = 0
     for subset in sorted(by_subset):
         members = by_subset[subset]
