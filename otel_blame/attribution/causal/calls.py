@@ -22,11 +22,9 @@ _CALL = re.compile(r"tool_call ([\w.\-]+)\(")
 # user_id_17, an e-mail), not plain words (a query's words are the agent's own)
 # an atom is read from its first digit on (a regex that starts with a digit lets the scan jump from
 # digit to digit), then extended back over the identifier characters before it
-_FROM_DIGIT = re.compile(r"\d[\w\-@.]*")
-_BEFORE_DIGIT = re.compile(r"#?[\w\-@.]*$")
+_FROM_DIGIT = re.compile(r"\d(?:[\w\-@.]|,(?=\d{3}))*")  # 1,250.50 whole: its commas go after
 _IDENTIFIER_CHARS = frozenset("_-@.#")
 MAX_ATOM_CHARS = 200
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 ATOM_SCAN_CHARS = 20_000
 _DECODER = json.JSONDecoder()
 MAX_ATOMS = 12
@@ -79,15 +77,15 @@ def _scalars(value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
 def atoms_of(text: str) -> list[str]:
     """The numbers (canonical spelling) and identifiers with a digit in ``text``, lower-cased."""
     text = text[:ATOM_SCAN_CHARS]
-    if "," in text:
-        text = _THOUSANDS.sub("", text)
     atoms = []
     for match in _FROM_DIGIT.finditer(text):
         start, word = match.start(), match.group(0)
         if start and (text[start - 1].isalnum() or text[start - 1] in _IDENTIFIER_CHARS):
-            before = _BEFORE_DIGIT.search(text, max(0, start - MAX_ATOM_CHARS), start)
-            word = (before.group(0) if before else "") + word
-        word = word.rstrip(".-@")
+            begin, lowest = start - 1, max(0, start - MAX_ATOM_CHARS)
+            while begin > lowest and (text[begin - 1].isalnum() or text[begin - 1] in _IDENTIFIER_CHARS):
+                begin -= 1
+            word = text[begin:start] + word
+        word = word.rstrip(".-@").replace(",", "")
         if word.replace(".", "", 1).isdigit():
             atoms.append(canonical_number(word))
         elif len(word) >= 3:
