@@ -17,7 +17,7 @@ from typing import Any
 
 from otel_blame.attribution.causal.graph import canonical_number
 
-_CALL = re.compile(r"tool_call ([\w.\-]+)\(")
+_CALL = re.compile(r"tool_call ([^\s(][^(\n]{0,80}?)\(")  # names may hold spaces (CrewAI's tools)
 # the atoms of a text worth checking: numbers, identifiers with a digit (ORD-1042, #W9031525,
 # user_id_17, an e-mail), not plain words (a query's words are the agent's own)
 # an atom is read from its first digit on (a regex that starts with a digit lets the scan jump from
