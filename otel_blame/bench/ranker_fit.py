@@ -55,6 +55,7 @@ PRIOR: dict[str, float] = {
     "answer_unsupported": 1.0,
     "input_found_lacking": 1.0,
     "novel_identifier": 0.5,
+    "stop_in_result": 2.0,
 }
 
 

@@ -12,7 +12,8 @@ the failure's path. A step's content is *unsupported* when:
   different values);
 - it stops the run before any answer while leaving work for others: the request itself, code to run,
   a plan or a question before the stop word (``unanswered_stop``); any stop the run went on past
-  (``stop_mid_run``);
+  (``stop_mid_run``); a stop word inside a tool's or code's output, where nothing decides to stop
+  (``stop_in_result``);
 - it is a result that does not follow from its call: a failure the call did not cause (a dependency:
   HTTP 429/5xx, a timeout, a failing tool span; or arithmetic code that cannot fail), a value the
   call's arithmetic does not produce, or an identifier the call asked for answered with another
@@ -71,9 +72,11 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "answer_unsupported",
     "input_found_lacking",
     "novel_identifier",
+    "stop_in_result",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
+_STOP_LINE = re.compile(r"(?:^|\n)[ \t#]*(?:TERMINATE|STOP)[ \t.!#]*$")  # a stop word said, not quoted
 _LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
 _ANSWER = re.compile(r"final answer|the answer is|answer:")  # on lower-cased text
 # run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
@@ -507,6 +510,8 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                 elif any(earlier in failed_results or earlier in dependency_at for earlier in recent):
                     features["explained_stop"][index] = 1.0
         else:
+            if _STOP_LINE.search(text.rstrip()[-400:]):
+                features["stop_in_result"][index] = 1.0
             call = graph.call_of.get(index)
             if index in dependency_at:
                 features["dependency"][index] = 1.0
