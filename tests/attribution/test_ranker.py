@@ -258,14 +258,6 @@ def test_the_heuristic_name_is_the_offline_default_and_signals_is_the_old_method
     assert not isinstance(create_method("signals"), RankerAttribution)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known miss of the trained ranker (issue 17): on this three-step story its learned position "
-    "prior (an early step, no change of speaker) outweighs the fabrication signal and the causal "
-    "reading's answer origin; the earlier weighted signals blame the researcher. Forcing the "
-    "causal rule (first unsupported step at the answer's origin) costs 10 points of Hand-Crafted "
-    "agent accuracy, so it is not a fix. Passing here means the ranker learned it: drop the mark.",
-)
 def test_a_researcher_who_makes_a_number_up_is_blamed_by_the_default() -> None:
     steps = [
         {
@@ -286,12 +278,6 @@ def test_a_researcher_who_makes_a_number_up_is_blamed_by_the_default() -> None:
     assert (attribution.agent, attribution.step) == ("researcher", 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known miss of the trained ranker (issue 17): its learned position prior blames the plan, "
-    "and the causal reading's arithmetic (6*7 is not 41) does not outweigh it. The processor's "
-    "mechanics tests pin `signals` for this story (tests/processor/conftest.py STORY_ATTRIBUTION).",
-)
 def test_a_wrong_product_is_blamed_on_the_solver_by_the_default() -> None:
     story = [("Planner", "Plan: compute 6*7."), ("Solver", "The answer is 41."), ("Critic", "Looks right.")]
     trajectory = Trajectory.from_steps(

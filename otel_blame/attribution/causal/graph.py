@@ -21,6 +21,7 @@ HEAD_CHARS = 2000
 TAIL_CHARS = 600
 MAX_NUMBERS = 40  # per step: a table of figures adds nothing after the first rows
 NUMBER_SCAN_CHARS = 2000
+ANSWER_LOOKBACK = 3  # the messages at the run's end where its answer may be stated
 
 # a number: starts with a digit (so the scan jumps from digit to digit) not preceded by a word
 # character or a dot, not followed by one
@@ -165,7 +166,16 @@ def _answer(
         return final, _stating(final, messages, texts, tokens) or last
     if last is None or (_STOPPED.search(texts[last][-400:]) and not _ANSWERED.search(texts[last])):
         return "", last  # the run was stopped before it answered: there is no answer to trace
-    return texts[last][-600:], last
+    # the last message that states something: a closing "Looks right." after the answer states nothing
+    stating = next(
+        (
+            index
+            for index in messages[:ANSWER_LOOKBACK]
+            if _ANSWERED.search(texts[index]) or any(token[:1].isdigit() for token in tokens[index])
+        ),
+        last,
+    )
+    return texts[stating][-600:], stating
 
 
 def _squeezed(text: str) -> str:
