@@ -76,11 +76,3 @@ def send_then_verdict(processor, downstream: RecordingOTLPSink, spans: list[Read
     downstream.wait_for_spans(len(spans), timeout=20)
     trace_id = format(spans[0].context.trace_id, "032x")
     return processor.submit_verdict(trace_id, "failure", expected_output="about 2.1 million people")
-
-
-# The apps here all tell one story (a researcher makes a number up; tests/conventions/apps.py). What
-# these tests check is the conventions path: spans of each dialect -> the right agents and steps ->
-# the blame written back on the right span. They pin the earlier weighted-signal method, which
-# blames the fabricating researcher; the trained ranker (the default) blames the planner on this
-# three-step story, a known miss kept visible as a strict xfail in tests/attribution/test_ranker.py.
-STORY_METHOD = {"method": "signals"}

@@ -19,7 +19,7 @@ from otel_blame.trajectory import Outcome
 from tests.support import ScriptedLLM
 
 from . import apps
-from .conftest import SERVICE, STORY_METHOD, blame_through_processor
+from .conftest import SERVICE, blame_through_processor
 
 pytest.importorskip("opentelemetry.instrumentation.openai_v2")
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_openai_v2_agents_from_system_prompts_and_blame(openai_v2, mode, sink, m
     assert all(s.agent != "chat scripted-model" for s in trajectory.steps)
     assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
     if mode == "SPAN_ONLY":  # the processor receives spans only here
-        culprit = blame_through_processor(make_processor(attribution=STORY_METHOD), sink, spans)
+        culprit = blame_through_processor(make_processor(), sink, spans)
         assert culprit["attributes"][sc.BLAME_AGENT] == "Researcher"
         assert culprit["span_id"] == trajectory.steps[1].span_id
         assert culprit["name"] == "chat scripted-model"
@@ -111,7 +111,7 @@ def test_logfire_openai_spans_agents_from_system_prompts_and_blame(tmp_path, sin
         ("Writer", apps.ANSWER),
     ]
     assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
-    processor = make_processor(attribution=STORY_METHOD)
+    processor = make_processor()
     with grpc.insecure_channel(processor.grpc_endpoint) as channel:
         TraceServiceStub(channel).Export(request, timeout=10)
     arrived = sink.wait_for_spans(len(spans), timeout=20)

@@ -9,7 +9,7 @@ from otel_blame.trajectory import Outcome, StepKind
 from tests.support import ScriptedLLM
 
 from . import apps
-from .conftest import STORY_METHOD, blame_through_processor, send_then_verdict
+from .conftest import blame_through_processor, send_then_verdict
 
 pytest.importorskip("openinference.instrumentation.langchain")
 
@@ -49,7 +49,7 @@ def test_langgraph_nodes_name_the_agents_and_the_researcher_is_blamed(
     assert built.notes.agent_from_service == 0
 
     spans = langchain_instrumented.spans()
-    culprit = blame_through_processor(make_processor(attribution=STORY_METHOD), sink, spans)
+    culprit = blame_through_processor(make_processor(), sink, spans)
     assert culprit["attributes"]["blame.agent"] == "researcher"
     assert culprit["span_id"] == trajectory.steps[1].span_id  # the researcher's ChatOpenAI span
     assert culprit["name"] == "ChatOpenAI"
@@ -89,7 +89,7 @@ def test_ours_beside_openinference_counts_each_message_once(ours_and_langchain, 
     ]
     ours = {s.context.span_id for s in spans if s.instrumentation_scope.name == "otel_blame.instrument"}
     assert all(int(step.span_id, 16) in ours for step in trajectory.steps)
-    answer = send_then_verdict(make_processor(attribution=STORY_METHOD), sink, spans)
+    answer = send_then_verdict(make_processor(), sink, spans)
     assert answer["status"] == "attributed"
     assert answer["agent"] == "researcher" and answer["step"] == 2
 
@@ -124,7 +124,7 @@ def test_openai_agents_handoffs_name_the_agents_and_a_late_verdict_blames_the_re
     assert {s.name for s in spans if s.context.span_id == int(trajectory.steps[1].span_id, 16)} == {
         "researcher"
     }
-    answer = send_then_verdict(make_processor(attribution=STORY_METHOD), sink, spans)
+    answer = send_then_verdict(make_processor(), sink, spans)
     assert answer["status"] == "attributed"
     assert answer["agent"] == "researcher" and answer["step"] == 1
 
@@ -158,6 +158,6 @@ def test_smolagents_managed_agents_are_named_from_their_runs_and_the_researcher_
         ("planner", apps.ANSWER),
     ]
     assert built.notes.agent_from_service == 0
-    answer = send_then_verdict(make_processor(attribution=STORY_METHOD), sink, spans)
+    answer = send_then_verdict(make_processor(), sink, spans)
     assert answer["status"] == "attributed"
     assert answer["agent"] == "researcher" and answer["step"] == 0

@@ -11,7 +11,7 @@ from otel_blame.trajectory import Outcome
 from tests.support import ScriptedLLM
 
 from . import apps
-from .conftest import STORY_METHOD, blame_through_processor
+from .conftest import blame_through_processor
 
 pytest.importorskip("opentelemetry.instrumentation.langchain")
 
@@ -81,7 +81,7 @@ def test_langgraph_under_openllmetry_names_the_nodes_and_blames_the_researcher(
         ("writer", apps.ANSWER),
     ]
     assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
-    culprit = blame_through_processor(make_processor(attribution=STORY_METHOD), sink, spans)
+    culprit = blame_through_processor(make_processor(), sink, spans)
     assert culprit["attributes"][sc.BLAME_AGENT] == "researcher"
     assert culprit["span_id"] == trajectory.steps[1].span_id
     assert culprit["name"] == "ChatOpenAI.chat"

@@ -183,11 +183,9 @@ def start_scaled(
             wal_dir=tmp_path / f"wal-{i}",
             # every trace enriched in place, however far analysis falls behind on a loaded machine
             # (forward-first, which sends the blame as a late span instead, has its own tests); the
-            # planted step tells a whole trace from a split one, so the method is the one that finds
-            # it in every ticket (the trained ranker blames triage in about one ticket of 200: a known
-            # miss of issue 17: ticket #20, see tests/attribution/test_ranker.py)
+            # planted step tells a whole trace from a split one, and the offline default finds it in
+            # every ticket
             extra_env={"OTEL_BLAME_ATTRIBUTION__FORWARD_FIRST_BACKLOG": str(10 * TRACES)},
-            method="signals",
         )
         for i in range(2)
     ]

@@ -46,11 +46,3 @@ def make_processor(sink: RecordingOTLPSink, tmp_path: Path) -> Iterator[Callable
     yield make
     for processor in started:
         processor.stop(timeout=5)
-
-
-# The processor tests plant a fault in a tiny arithmetic story ("Plan: compute 6*7." -> "The answer
-# is 41.") and check what the processor does with the verdict (span ids, late spans, redaction, the
-# store). Those that assert WHICH step is blamed pin the earlier weighted-signal method, which blames
-# the Solver; the trained ranker (the default) blames the Planner on this story, a known miss kept
-# visible as a strict xfail in tests/attribution/test_ranker.py.
-STORY_ATTRIBUTION = {"method": "signals"}

@@ -13,7 +13,7 @@ from otel_blame.processor import BlameProcessor, load_config
 from otel_blame.processor.listeners import FinishedAttribution
 from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto
 
-from .conftest import STORY_ATTRIBUTION, processor_overrides
+from .conftest import processor_overrides
 from .spans import record_agent_run
 
 
@@ -30,7 +30,7 @@ def test_a_failed_trace_goes_on_first_and_its_blame_follows_as_a_late_span(sink,
     overrides = processor_overrides(
         sink.endpoint,
         tmp_path / "wal",
-        attribution={"forward_first_backlog": 0, "workers": 1, **STORY_ATTRIBUTION},
+        attribution={"forward_first_backlog": 0, "workers": 1},
     )
     processor = BlameProcessor(load_config(overrides=overrides, environ={}), listeners=[heard.append]).start()
     try:

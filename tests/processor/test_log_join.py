@@ -23,7 +23,6 @@ from otel_blame import semconv as sc
 from otel_blame.attribution.heuristic import HeuristicAttribution
 from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto, trajectory_from_spans
 
-from .conftest import STORY_ATTRIBUTION
 from .spans import record_agent_run
 
 # What each agent said; the coder's span carries no content, its words are only in a log record.
@@ -117,7 +116,7 @@ def test_the_processor_blames_the_step_whose_evidence_came_as_log_records(sink, 
 
 def test_the_processor_without_the_log_records_blames_another_step(sink, make_processor) -> None:  # noqa: ANN001
     """The control: the same spans with no log records; the verdict differs, so the join matters."""
-    processor = make_processor(attribution=STORY_ATTRIBUTION)
+    processor = make_processor()
     spans, _, reviewer = _run()
     exporter = OTLPSpanExporter(endpoint=processor.grpc_endpoint, insecure=True)
     try:

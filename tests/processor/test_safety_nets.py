@@ -26,7 +26,7 @@ from otel_blame.processor import BlameProcessor, load_config
 from otel_blame.processor.analyser import FinishedAttribution
 from otel_blame.processor.enricher import BlameEnricher
 
-from .conftest import STORY_ATTRIBUTION, processor_overrides
+from .conftest import processor_overrides
 from .spans import record_agent_run
 
 # the planted fault: the Solver (step 1) states the wrong answer that the run ends with
@@ -46,7 +46,7 @@ def _span_id(spans, name: str) -> bytes:  # noqa: ANN001
 
 
 def test_the_planted_culprit_span_is_blamed_by_span_id(sink, make_processor) -> None:  # noqa: ANN001
-    processor = make_processor(attribution=STORY_ATTRIBUTION)
+    processor = make_processor()
     spans = record_agent_run(PLANTED, failed=True)
     solver = _span_id(spans, sc.agent_span_name("Solver"))
     root_id = _span_id(spans, sc.workflow_span_name("solve"))
@@ -72,7 +72,7 @@ def test_the_planted_culprit_span_is_blamed_by_span_id(sink, make_processor) -> 
 
 
 def test_a_late_verdict_links_the_planted_culprit_span(sink, make_processor) -> None:  # noqa: ANN001
-    processor = make_processor(attribution=STORY_ATTRIBUTION)
+    processor = make_processor()
     spans = record_agent_run(PLANTED, failed=False, expected=None)
     _send(processor.grpc_endpoint, spans)
     sink.wait_for_spans(len(spans), timeout=10)
@@ -148,9 +148,7 @@ def test_extra_routes_sit_behind_the_token_and_listeners_get_redacted_trajectori
         return PlainTextResponse("pong")
 
     heard: list[FinishedAttribution] = []
-    overrides = processor_overrides(
-        sink.endpoint, tmp_path / "wal", receivers={"auth_token": "s3cret"}, attribution=STORY_ATTRIBUTION
-    )
+    overrides = processor_overrides(sink.endpoint, tmp_path / "wal", receivers={"auth_token": "s3cret"})
     processor = BlameProcessor(
         load_config(overrides=overrides, environ={}),
         http_routes=[Route("/extra/ping", ping)],

@@ -447,6 +447,23 @@ def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
     return len(unsupported) / len(values)
 
 
+def _origin_to_calls(graph: RunGraph, features: dict[str, dict[int, float]]) -> None:
+    """A result is its call's output: where the answer's values first appear in a result that follows
+    from its call (not a failing dependency, not a contradiction), they originate in the call that
+    produced them (the code, the tool request)."""
+    origins = features["answer_origin"]
+    for index in [index for index in origins if graph.steps[index].kind != StepKind.MESSAGE]:
+        call = graph.call_of.get(index)
+        if (
+            call is None
+            or index in features["dependency"]
+            or index in features["result_contradicts_call"]
+            or index in features["result_error"]
+        ):
+            continue
+        origins[call] = min(1.0, origins.get(call, 0.0) + origins.pop(index))
+
+
 def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> CausalReading:
     """The causal features of every candidate step (see the module docstring)."""
     graph = graph or build_graph(trajectory)
@@ -464,7 +481,9 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     starts = [graph.answer_step] if graph.answer_step is not None else []
     starts += sorted(failed_results | set(dependency_at))
     path = graph.ancestors(starts)
-    answer_count = len(graph.answer_tokens)
+    # the answer's values when it states any (what makes an answer wrong), else all its tokens
+    traced = {token for token in graph.answer_tokens if is_value(token)} or graph.answer_tokens
+    answer_count = len(traced)
     last_message = max(
         (index for index in graph.candidates if steps[index].kind == StepKind.MESSAGE), default=None
     )
@@ -482,7 +501,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
         if values and is_message:
             features["novel_value"][index] = min(1.0, len(values) / 2)
         if answer_count and index != graph.answer_step:
-            origin = sum(1 for token in graph.answer_tokens if graph.origin.get(token) == index)
+            origin = sum(1 for token in traced if graph.origin.get(token) == index)
             if origin:
                 features["answer_origin"][index] = origin / answer_count
         if index in path:
@@ -529,6 +548,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                 expected = printed_numbers(graph.texts[graph.call_of[index]])
                 if expected is not None and expected != set(graph.numbers[index]):
                     features["result_contradicts_call"][index] = 1.0
+    _origin_to_calls(graph, features)
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
     cut_short = _task_cut_short(graph)
