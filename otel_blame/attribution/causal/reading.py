@@ -47,7 +47,7 @@ from otel_blame.attribution.causal.calls import (
 )
 from otel_blame.attribution.causal.graph import RunGraph, build_graph, is_value, numbers_in, tokens_of
 from otel_blame.attribution.systemic import result_text_failure
-from otel_blame.trajectory import DependencyFailure, StepKind, Trajectory
+from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
 CAUSAL_FEATURES: tuple[str, ...] = (
     "novel_value",
@@ -259,7 +259,9 @@ _ASKS = re.compile(
     r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b"
     # work the message itself announces: "I will retry", "let me check", "I'll wait"
     r"|\b(?:i|we) (?:will|shall|am going to|are going to)\b|\b(?:i'll|we'll|let me|let us)\b"
-    r"|\bretry\b|\bwait\b",
+    r"|\bretry\b|\bwait\b"
+    # work the message itself lists as left: "Still to find: ...", "remaining", "not yet"
+    r"|\bstill (?:to|need)|\bremaining\b|\bnot yet\b|\bleft to\b",
     re.IGNORECASE | re.MULTILINE,
 )
 
@@ -447,15 +449,29 @@ def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
     return len(unsupported) / len(values)
 
 
+def _computes(result: Step, call_text: str) -> bool:
+    """Whether a result is computed by its call: code's output, or a tool called with an arithmetic
+    expression."""
+    if result.kind == StepKind.CODE_EXECUTION:
+        return True
+    for call in tool_calls(call_text):
+        arguments = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments]
+        if any(isinstance(value, str) and expression_value(value) is not None for value in arguments):
+            return True
+    return False
+
+
 def _origin_to_calls(graph: RunGraph, features: dict[str, dict[int, float]]) -> None:
-    """A result is its call's output: where the answer's values first appear in a result that follows
-    from its call (not a failing dependency, not a contradiction), they originate in the call that
-    produced them (the code, the tool request)."""
+    """Computed output is its computation's: where the answer's values first appear in what code
+    printed or a calculator returned (and nothing failed there: no failing dependency, no
+    contradiction), they originate in the code or the expression that computed them. A lookup's
+    values are the world's, not the request's: they stay where they are."""
     origins = features["answer_origin"]
     for index in [index for index in origins if graph.steps[index].kind != StepKind.MESSAGE]:
         call = graph.call_of.get(index)
         if (
             call is None
+            or not _computes(graph.steps[index], graph.steps[call].content)
             or index in features["dependency"]
             or index in features["result_contradicts_call"]
             or index in features["result_error"]
