@@ -23,6 +23,7 @@ Fail?", NeurIPS 2025 Datasets and Benchmarks), only where the trace carries evid
 
 from __future__ import annotations
 
+import json
 import re
 
 from otel_blame.attribution.result import Attribution
@@ -87,15 +88,50 @@ _RESULT_SAYS_DEPENDENCY = re.compile(
     r"|(?:Read|Connect)Timeout(?:Error)?|timed out|rate limit exceeded)\b",
     re.IGNORECASE,
 )
+_ERROR_LINE = re.compile(
+    r"\s*(?:[\w.]*(?:Error|Exception)\b|Traceback|HTTP\b|error\b|status\b)", re.IGNORECASE
+)
 _HOST = re.compile(r"\b(?:https?://)?((?:[a-z0-9-]+\.)+[a-z]{2,})(?=[/:\s)]|$)", re.IGNORECASE)
 
 
+# where a result says how its own call went: a JSON result's top-level status fields
+_STATUS_KEYS = (
+    "error",
+    "errors",
+    "status",
+    "status_code",
+    "code",
+    "message",
+    "detail",
+    "reason",
+    "exception",
+)
+STATUS_HEAD_CHARS = 300  # a text result states its own failure at its head (a status line, an error)
+
+
+def _status_text(content: str) -> str:
+    """The part of a result that reports on the call itself, not what it retrieved: a JSON object's
+    status fields, else the head of the text and its error lines. A search result quoting a document
+    about "HTTP 429" is not a failed search."""
+    stripped = content.lstrip()
+    if stripped.startswith("{"):
+        try:
+            decoded = json.loads(stripped[:20_000])
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return " ".join(str(decoded[key]) for key in _STATUS_KEYS if key in decoded)
+    head = content[:STATUS_HEAD_CHARS]
+    errors = [line for line in content[:4000].splitlines() if _ERROR_LINE.match(line)]
+    return "\n".join([head, *errors])
+
+
 def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure | None:
-    """A tool or code result whose text says a service failed (HTTP 429/5xx, a timeout)."""
+    """A tool or code result whose own status says a service failed (HTTP 429/5xx, a timeout)."""
     step = trajectory.steps[index]
     if step.kind == StepKind.MESSAGE:
         return None  # an agent's prose mentioning a 503 is not evidence of one
-    found = _RESULT_SAYS_DEPENDENCY.search(step.content[:4000])
+    found = _RESULT_SAYS_DEPENDENCY.search(_status_text(step.content))
     if found is None:
         return None
     host = _HOST.search(step.content[:4000])

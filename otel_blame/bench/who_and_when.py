@@ -39,6 +39,23 @@ def _sort_key(path: Path) -> tuple[int, str]:
     return (int(match.group(1)) if match else 1 << 30, path.name)
 
 
+def _recorded_trajectory(data: dict, relative: str) -> Trajectory | None:
+    """The run as the processor assembled it, when the log carries it (``otel-blame inject
+    --dataset-out`` writes it beside ``history``): the failing dependencies its spans recorded and the
+    final output come with it, so a method is measured on what it sees in production."""
+    recorded = data.get("trajectory")
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        trajectory = Trajectory.model_validate(recorded)
+    except ValueError:
+        return None
+    history = data.get("history")
+    if isinstance(history, list) and len(history) != len(trajectory.steps):
+        return None  # the annotation's step indices are the history's
+    return trajectory.model_copy(update={"source": relative})
+
+
 def load_case(path: Path, dataset_dir: Path) -> WhoAndWhenCase:
     """Read one annotated log; raise TrajectoryFormatError naming the file when it is malformed."""
     try:
@@ -48,7 +65,7 @@ def load_case(path: Path, dataset_dir: Path) -> WhoAndWhenCase:
     relative = path.relative_to(dataset_dir).as_posix()
     if not isinstance(data, dict) or "mistake_agent" not in data or "mistake_step" not in data:
         raise TrajectoryFormatError(f"{relative}: not a Who&When log (no mistake_agent / mistake_step)")
-    trajectory = trajectory_from_conversation(data, source=relative)
+    trajectory = _recorded_trajectory(data, relative) or trajectory_from_conversation(data, source=relative)
     try:
         mistake_step = int(str(data["mistake_step"]).strip())
     except ValueError:

@@ -21,10 +21,10 @@ if not WHO_AND_WHEN.is_dir():  # a worktree beside main: ../shared from the repo
     WHO_AND_WHEN = Path(__file__).resolve().parents[4] / "shared" / "who_and_when" / "dev"
 
 # recorded figures (docs/benchmarks.md, "Attribution accuracy"): (agent, step) accuracy
-# (measured 2026-11-25 with the shipped model; the Who&When figure is this test's own CV: Who&When
+# (measured 2026-11-26 with the shipped model; the Who&When figure is this test's own CV: Who&When
 # alone, the campaigns not added to the training folds)
-DEMO_CAMPAIGN = {"runs": 24, "seed": 11, "agent": 0.958}
-WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.566, 0.368), "Hand-Crafted": (0.600, 0.200)}
+DEMO_CAMPAIGN = {"runs": 24, "seed": 11, "agent": 1.0}
+WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.513, 0.303), "Hand-Crafted": (0.567, 0.167)}
 SLACK = 0.05  # "more than a few points below" fails
 DEMO_SLACK_RUNS = 2  # on 24 runs a point is a run: two runs of slack
 

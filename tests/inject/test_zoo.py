@@ -32,6 +32,7 @@ from otel_blame.inject.report import Baseline, Fault, Prediction, RunRecord, Run
 from otel_blame.inject.truth import take_declared
 from otel_blame.instrumentation.interception import intercept_messages
 from otel_blame.trajectory import Trajectory
+from tests.support.blame import check_default_blame
 
 CONTRACT_APPS = ("demo", "orchestrator", "customer_service", "triage", "debate", "supervisor", "crew")
 
@@ -195,6 +196,11 @@ def test_the_orchestrators_coder_joins_only_runs_that_compute(spans):
     assert all("computer_terminal" in speakers[seed] for seed in with_coder)
 
 
+# (app, kind) cases of FAILING the offline default does not blame at the planted step: kept visible,
+# each fails the test as soon as the default finds it (tests/support/blame.py)
+KNOWN_MISSES: set[tuple[str, str]] = set()
+
+
 def _fault_cases() -> list[Any]:
     return [
         pytest.param(app, kind, *where, id=f"{app}-{kind}")
@@ -215,6 +221,7 @@ def test_a_planted_fault_fails_the_run_and_is_the_truth(spans, app, kind, seed, 
     recorded = trajectory.steps[step]
     assert recorded.agent == agent
     assert recorded.content != clean.steps[step].content  # the step shows the change the recipient got
+    check_default_blame(trajectory, agent, step, known_miss=(app, kind) in KNOWN_MISSES)
 
 
 def test_every_supported_fault_kind_has_a_failing_case():

@@ -132,13 +132,29 @@ class CausalReading:
         return None
 
 
+# a tool's error that says the call was wrong, not the tool (run on a result's lower-cased head)
+_CALLERS_ERROR = re.compile(
+    r"unexpected keyword|missing \d* ?required|not a valid|invalid|not found|no such|does not exist"
+    r"|doesn't exist|are not all in|is not in|unknown (?:tool|argument|parameter|field|key)|typeerror"
+    r"|valueerror|keyerror|must be|validation error|bad request|\b(?:400|404|422)\b"
+)
+
+
 def _dependencies(trajectory: Trajectory, graph: RunGraph) -> dict[int, DependencyFailure]:
     """Failing dependencies by step: recorded on spans, else said in a result's text (429, 5xx,
-    timeouts)."""
+    timeouts). A tool span's bare error status whose result says the call was wrong (an unexpected
+    argument, an unknown id, "not a valid tool") is the call's failure, not the tool's: the call
+    caused it, and the reading charges the call (``caused_failing_result``)."""
     found: dict[int, DependencyFailure] = {}
     for failure in trajectory.dependency_failures:
-        if failure.step is not None and 0 <= failure.step < len(trajectory.steps):
-            found.setdefault(failure.step, failure)
+        if failure.step is None or not 0 <= failure.step < len(trajectory.steps) or failure.step in found:
+            continue
+        said = result_text_failure(trajectory, failure.step)
+        if said is not None:
+            failure = failure.model_copy(update={"kind": said.kind, "detail": said.detail})
+        elif failure.kind == "tool_error" and _CALLERS_ERROR.search(graph.texts[failure.step][:1500].lower()):
+            continue
+        found[failure.step] = failure
     for step in trajectory.steps:
         if step.kind != StepKind.MESSAGE and step.index not in found:
             failure = result_text_failure(trajectory, step.index)

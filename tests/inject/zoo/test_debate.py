@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from otel_blame.cli import main
 from otel_blame.inject.faults import FaultKind
 from otel_blame.inject.worker import RunSpans, run_one
+from tests.support.blame import check_default_blame
 
 pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext.models.openai")
@@ -102,6 +103,11 @@ FAILING = {
 }
 
 
+# fault kinds of FAILING the offline default does not blame at the planted step: kept visible, each
+# fails the test as soon as the default finds it (tests/support/blame.py)
+KNOWN_MISSES: set[str] = set()
+
+
 def test_every_declared_fault_kind_has_a_failing_case():
     assert set(debate.FAULTS) == set(FAILING)
     assert all(FaultKind(kind) for kind in debate.FAULTS)
@@ -123,6 +129,7 @@ def test_a_planted_fault_fails_the_debate_with_its_agent_and_step_as_the_truth(r
     assert faulted[step]["content"] != clean_steps[step]["content"]
     assert [s["content"] for s in faulted[:step]] == [s["content"] for s in clean_steps[:step]]
     assert answer["trajectory"]["outcome_reason"]
+    check_default_blame(answer["trajectory"], agent, step, known_miss=kind in KNOWN_MISSES)
 
 
 def test_the_critic_catches_a_wrong_answer_given_with_the_right_method(run):

@@ -20,6 +20,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 from otel_blame.inject.zoo import supervisor  # noqa: E402
+from tests.support.blame import check_default_blame  # noqa: E402
 
 APP = "otel_blame.inject.zoo.supervisor:run_task"
 # the app uses LangGraph only: the other frameworks' instrumentors stay off (their imports cost seconds)
@@ -142,6 +143,11 @@ def test_the_fault_kinds_cover_the_apps_declared_ones() -> None:
     assert sorted(kind for kind, _, _ in FAULT_TARGETS) == sorted(supervisor.FAULTS)
 
 
+# fault kinds of FAULT_TARGETS the offline default does not blame at the planted step: kept visible,
+# each fails the test as soon as the default finds it (tests/support/blame.py)
+KNOWN_MISSES: set[str] = set()
+
+
 @pytest.mark.parametrize(("kind", "agent", "step"), FAULT_TARGETS, ids=[k for k, _, _ in FAULT_TARGETS])
 def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
     run: Run, clean: dict[str, Any], kind: str, agent: str, step: int
@@ -156,6 +162,7 @@ def test_each_fault_kind_fails_the_run_with_the_planted_agent_and_step_as_truth(
     assert [(s["agent"], s["content"]) for s in steps[:step]] == [
         (s["agent"], s["content"]) for s in _steps(clean)[:step]
     ]  # nothing changed before the fault
+    check_default_blame(result["trajectory"], agent, step, known_miss=kind in KNOWN_MISSES)
 
 
 @pytest.mark.parametrize(("seed", "caught"), [(0, True), (SEED, False)], ids=["bill", "downtime"])
