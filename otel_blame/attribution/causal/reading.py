@@ -95,6 +95,9 @@ _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _DIGIT = re.compile(r"\d")
 MAX_STATEMENTS = 16
 ANSWER_INPUTS = 2  # the steps just before the answer whose values it may work from
+# small whole numbers (a count, a day of a date) are not operands of a derivation: with them nearly any
+# value is "twice" or "three more than" something at hand
+SMALL_OPERAND = 10
 _WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
 
 
@@ -428,9 +431,11 @@ def _derived(value: str, numbers: list[str]) -> bool:
     for number in dict.fromkeys(numbers):
         if number != value:
             try:
-                values.append(float(number))
+                operand = float(number)
             except ValueError:
                 continue
+            if abs(operand) > SMALL_OPERAND or "." in number:
+                values.append(operand)
     values = values[:16]
     decimals = len(value.split(".")[1]) if "." in value else 0
     tolerance = 0.5 * 10**-decimals + 1e-9 * max(1.0, abs(target))
@@ -441,6 +446,27 @@ def _derived(value: str, numbers: list[str]) -> bool:
                 if found is not None and abs(found - target) <= tolerance:
                     return True
     return False
+
+
+_WRITTEN_EXPRESSION = re.compile(r"[(\d][\d.,()\s]*[-+*/×][\d.,()\s+\-*/×]*\d\)?")
+MAX_EXPRESSIONS = 12
+
+
+def _expression_values(text: str) -> list[float]:
+    """The values of the arithmetic expressions a text writes out ("compute 6*7", "`(90 + 50) / 2`")."""
+    found = []
+    for match in _WRITTEN_EXPRESSION.finditer(text[:3000]):
+        value = expression_value(match.group(0).replace("×", "*").replace(",", ""))
+        if value is not None:
+            found.append(value)
+            if len(found) >= MAX_EXPRESSIONS:
+                break
+    return found
+
+
+def agrees_any(token: str, values: list[float]) -> bool:
+    """Whether a stated value is one of ``values`` (as printed)."""
+    return any(agrees(value, [token]) for value in values)
 
 
 def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
@@ -459,9 +485,14 @@ def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
     if not fresh:
         return 0.0
     at_hand = list(graph.numbers[index])
-    for used in range(index - 1, max(-1, index - ANSWER_INPUTS - 1), -1):
-        at_hand += graph.numbers[used]
-    unsupported = [token for token in fresh if not _derived(token, at_hand)]
+    stated: list[float] = []  # what the expressions written in the answer and its inputs come to
+    for used in range(index, max(-1, index - ANSWER_INPUTS - 1), -1):
+        if used != index:
+            at_hand += graph.numbers[used]
+        stated += _expression_values(graph.texts[used])
+    unsupported = [
+        token for token in fresh if not _derived(token, at_hand) and not agrees_any(token, stated)
+    ]
     return len(unsupported) / len(values)
 
 
