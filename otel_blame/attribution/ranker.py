@@ -88,13 +88,19 @@ FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEAT
 # what a person reads for the features that point at a step (the strongest contributions first)
 REASONS: dict[str, str] = {
     "novel": "a value first appears here",
+    "novel_value": "a value nothing before it gave first appears here",
+    "novel_identifier": "it states an identifier nothing before it gave",
+    "novel_call_value": "it called a tool with an argument nothing before it gave",
     "answer_origin": "the wrong answer's value first appears here",
+    "answer_unsupported": "it states the answer with values that follow from nothing at hand",
+    "input_found_lacking": "the agent it handed over to said what it got was lacking",
+    "stop_in_result": "a stop word inside a tool's output ended the run",
     "first_unsupported": "it is the earliest step on the failure's path whose content its inputs do not "
     "support",
     "dropped_task": "it stopped carrying a requirement of the task",
     "dropped_input": "it left out part of what it was given",
     "override": "it overrode what it was given",
-    "unanswered_stop": "it stopped the run before any answer",
+    "unanswered_stop": "it stopped the run before any answer, with work still to do",
     "stop_mid_run": "it stopped the run in the middle of its work",
     "dependency": "the call failed in the tool or service, not in the agent",
     "result_error": "its result failed",
@@ -106,6 +112,8 @@ REASONS: dict[str, str] = {
     "last_message": "the run's last message",
     **{f"signal_{signal.name}": signal.reason for signal in SIGNALS},
 }
+# the first step of a run to show a kind of evidence reads as that evidence (said once)
+REASONS.update({f"earliest_{name}": REASONS[name] for name in EARLIEST_OF if name in REASONS})
 
 
 @dataclass(frozen=True)
@@ -327,11 +335,13 @@ def verdict(
         )
         update = {"category": "dependency", "dependency": name}
     else:
-        parts = [
-            REASONS[feature]
-            for part, feature in sorted(model.contributions(row), key=lambda item: -item[0])
-            if part > 0.05 and row.get(feature) and feature in REASONS
-        ][:3] or ["its evidence outweighs the other steps'"]
+        parts = list(
+            dict.fromkeys(
+                REASONS[feature]
+                for part, feature in sorted(model.contributions(row), key=lambda item: -item[0])
+                if part > 0.05 and row.get(feature) and feature in REASONS
+            )
+        )[:3] or ["its evidence outweighs the other steps'"]
         reason = f"Step {chosen} by {step.agent}: " + "; ".join(parts) + "."
         flagged = specification_evidence(trajectory)
         if flagged is not None:
