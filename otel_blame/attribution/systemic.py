@@ -65,14 +65,17 @@ _FAULTY = (
     r"(?:contradict\w*|conflicting|ambiguous|unclear|inconsistent|under-?specified|incomplete|impossible"
     r"|self-contradictory)"
 )
-_SPECIFICATION = re.compile(
+_SPECIFICATION_PATTERN = (
     rf"\b(?:{_SUBJECT}\b[^.\n]{{0,40}}?\b(?:is|are|seems?|looks?|appears?)\s+(?:to be\s+)?{_FAULTY}"
     rf"|{_FAULTY}\s+{_SUBJECT}"
     rf"|{_SUBJECT}\s+(?:does|did)(?: not|n't) (?:give|say|specify|provide|state|include|contain)"
     r"|(?:not enough|insufficient|missing) (?:information|details|data)"
-    r" (?:in|from) the (?:task|request|question))",
-    re.IGNORECASE,
+    r" (?:in|from) the (?:task|request|question))"
 )
+_SPECIFICATION = re.compile(_SPECIFICATION_PATTERN, re.IGNORECASE)
+# the same on lower-cased ASCII text, where it matches exactly where the case-insensitive one does on
+# the original (several times faster); other text has case folds (ſ, K, İ) only the original knows
+_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN)
 _TERMINATE = re.compile(r"\bTERMINATE\b")
 _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
 _REPEATS_FOR_LOOP = 3
@@ -90,6 +93,18 @@ _RESULT_SAYS_DEPENDENCY = re.compile(
 )
 _ERROR_LINE = re.compile(
     r"\s*(?:[\w.]*(?:Error|Exception)\b|Traceback|HTTP\b|error\b|status\b)", re.IGNORECASE
+)
+# every match of _RESULT_SAYS_DEPENDENCY holds one of these (lower-cased): most results hold none
+_DEPENDENCY_WORDS = (
+    "http",
+    "too many requests",
+    "internal server error",
+    "bad gateway",
+    "service unavailable",
+    "gateway time",
+    "timeout",
+    "timed out",
+    "rate limit exceeded",
 )
 _HOST = re.compile(r"\b(?:https?://)?((?:[a-z0-9-]+\.)+[a-z]{2,})(?=[/:\s)]|$)", re.IGNORECASE)
 
@@ -131,7 +146,13 @@ def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure
     step = trajectory.steps[index]
     if step.kind == StepKind.MESSAGE:
         return None  # an agent's prose mentioning a 503 is not evidence of one
-    found = _RESULT_SAYS_DEPENDENCY.search(_status_text(step.content))
+    content = step.content
+    if not content.lstrip().startswith("{"):
+        # the status text is pieces of the first 4000 characters, and a match never spans two pieces
+        text = content[:4000]
+        if text.isascii() and not any(map(text.lower().__contains__, _DEPENDENCY_WORDS)):
+            return None  # (other text has case folds the plain test would miss: the regex decides)
+    found = _RESULT_SAYS_DEPENDENCY.search(_status_text(content))
     if found is None:
         return None
     host = _HOST.search(step.content[:4000])
@@ -166,8 +187,15 @@ def nearby_dependency_failure(trajectory: Trajectory, step: int) -> DependencyFa
 
 def _ended_without_answer(trajectory: Trajectory) -> bool:
     """The run was ended (a TERMINATE in its last message) before any answer was given."""
-    messages = [step for step in trajectory.steps if step.kind == StepKind.MESSAGE and step.content.strip()]
-    if not messages or trajectory.task.final_output or not _TERMINATE.search(messages[-1].content):
+    if trajectory.task.final_output:
+        return False
+    # (a message with something in it: isspace reads up to its first visible character, strip copies it)
+    messages = [
+        step
+        for step in trajectory.steps
+        if step.kind == StepKind.MESSAGE and step.content and not step.content.isspace()
+    ]
+    if not messages or "TERMINATE" not in messages[-1].content or not _TERMINATE.search(messages[-1].content):
         return False
     return not any(_FINAL_ANSWER.search(step.content) for step in messages)
 
@@ -181,18 +209,19 @@ _FAULT_WORDS = (
 )  # fmt: skip
 
 
-def _may_state_a_specification_fault(text: str) -> bool:
+def _states_a_specification_fault(text: str) -> bool:
     lowered = text.lower()
-    return any(word in lowered for word in _SUBJECT_WORDS) and any(word in lowered for word in _FAULT_WORDS)
+    if not (any(map(lowered.__contains__, _SUBJECT_WORDS)) and any(map(lowered.__contains__, _FAULT_WORDS))):
+        return False
+    if text.isascii():
+        return _SPECIFICATION_LOWER.search(lowered) is not None
+    return _SPECIFICATION.search(text) is not None
 
 
 def specification_evidence(trajectory: Trajectory) -> int | None:
     """The first message step saying the task or its instructions are wrong, if any."""
     for step in trajectory.steps:
-        if step.kind != StepKind.MESSAGE:
-            continue
-        text = step.content[:4000]
-        if _may_state_a_specification_fault(text) and _SPECIFICATION.search(text):
+        if step.kind == StepKind.MESSAGE and _states_a_specification_fault(step.content[:4000]):
             return step.index
     return None
 
@@ -213,12 +242,14 @@ def failure_mode(
     blamed = steps[attribution.step]
     if _ended_without_answer(trajectory):
         return "premature_termination"
+    said = blamed.content.strip()
     same = [
         step
         for step in trajectory.steps_of(blamed.agent)
-        if step.kind == StepKind.MESSAGE
-        and step.content.strip() == blamed.content.strip()
-        and step.content.strip()
+        if said
+        and step.kind == StepKind.MESSAGE
+        and len(step.content) >= len(said)  # (cheap: a shorter text cannot say it)
+        and step.content.strip() == said
     ]
     if len(same) >= _REPEATS_FOR_LOOP:
         return "step_repetition"
