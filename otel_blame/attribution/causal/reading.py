@@ -33,6 +33,7 @@ weighs them. Nothing here knows agent names, role strings or absolute positions.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from otel_blame.attribution.causal.arithmetic import agrees, expression_value, printed_numbers
@@ -77,6 +78,7 @@ CAUSAL_FEATURES: tuple[str, ...] = (
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
 _STOP_LINE = re.compile(r"(?:^|\n)[ \t#]*(?:TERMINATE|STOP)[ \t.!#]*$")  # a stop word said, not quoted
+STOP_CHARS = 400  # a stop word is read in a message's tail
 _LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
 _ANSWER = re.compile(r"final answer|the answer is|answer:")  # on lower-cased text
 # run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
@@ -186,11 +188,11 @@ def _carried(statement: set[str], words: set[str]) -> bool:
 
 
 def _dropped_input(
-    graph: RunGraph, index: int, given: int | None, statements: dict[int, list[set[str]]]
+    graph: RunGraph, lower: str, given: int | None, statements: dict[int, list[set[str]]]
 ) -> float:
-    """Statements of the message this step answers that it left out, when it carries most of the rest
-    (it restates or implements that message and dropped part of it). ``statements`` caches each
-    source's statements (many steps answer the same message)."""
+    """Statements of the message this step (its lower-cased text ``lower``) answers that it left out,
+    when it carries most of the rest (it restates or implements that message and dropped part of it).
+    ``statements`` caches each source's statements (many steps answer the same message)."""
     if given is None:
         return 0.0
     if given not in statements:
@@ -199,7 +201,7 @@ def _dropped_input(
     found = statements[given]
     if len(found) < 2:
         return 0.0
-    words = set(_WORD.findall(graph.texts[index].lower()))
+    words = set(_WORD.findall(lower))
     missing = sum(1 for statement in found if not _carried(statement, words))
     if missing == 0 or missing * 2 > len(found):
         return 0.0
@@ -283,6 +285,12 @@ _ASKS = re.compile(
     r"|\bstill (?:to|need)|\bremaining\b|\bnot yet\b|\bleft to\b",
     re.IGNORECASE | re.MULTILINE,
 )
+
+
+def _stops(text: str) -> bool:
+    """A stop word in a message's tail (the plain tests rule out most messages before the regex)."""
+    tail = text[-STOP_CHARS:]
+    return ("TERMINATE" in tail or "STOP" in tail) and _STOP.search(tail) is not None
 
 
 def _pending_work(text: str, is_request: bool) -> bool:
@@ -547,6 +555,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     # the answer's values when it states any (what makes an answer wrong), else all its tokens
     traced = {token for token in graph.answer_tokens if is_value(token)} or graph.answer_tokens
     answer_count = len(traced)
+    answer_origins = Counter(graph.origin.get(token) for token in traced)
     last_message = max(
         (index for index in graph.candidates if steps[index].kind == StepKind.MESSAGE), default=None
     )
@@ -564,7 +573,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
         if values and is_message:
             features["novel_value"][index] = min(1.0, len(values) / 2)
         if answer_count and index != graph.answer_step:
-            origin = sum(1 for token in traced if graph.origin.get(token) == index)
+            origin = answer_origins.get(index, 0)
             if origin:
                 features["answer_origin"][index] = origin / answer_count
         if index in path:
@@ -574,17 +583,18 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
                 first_unsupported_seen = True
         if index == graph.answer_step:
             features["answer_step"][index] = 1.0
-        if index < len(steps) - _LAST_STEPS and _STOP.search(text[-400:]):
+        stops = _stops(text)
+        if index < len(steps) - _LAST_STEPS and stops:
             features["stop_mid_run"][index] = 1.0  # the run went on past a stop: it was cut or derailed
         if is_message:
-            dropped = _dropped_input(graph, index, _given(graph, index), statements)
+            dropped = _dropped_input(graph, lowers[index], _given(graph, index), statements)
             if dropped:
                 features["dropped_input"][index] = dropped
             lower = lowers[index][:3000]
             overrides = any(key in lower for key in _OVERRIDE_KEYS) and _OVERRIDE.search(lower)
             if overrides or ("=" in text and _reassigned(text[:3000])):
                 features["override"][index] = 1.0
-            if _STOP.search(text[-400:]):
+            if stops:
                 recent = range(index - 1, max(-1, index - 3), -1)
                 pending = _pending_work(text, index == graph.task_step)
                 if not answered and index == last_message and pending:
