@@ -25,10 +25,16 @@ ANSWER_LOOKBACK = 3  # the messages at the run's end where its answer may be sta
 
 # a number: starts with a digit (so the scan jumps from digit to digit) not preceded by a word
 # character or a dot, not followed by one
-_VALUE = re.compile(r"\d(?<![\w.]\d)[\d,]*(?:\.\d+)?(?!\w)")
+_VALUE_PATTERN = r"\d(?<![\w.]\d)[\d,]*(?:\.\d+)?(?!\w)"
+_VALUE = re.compile(_VALUE_PATTERN)
+# the same for ASCII text, where \d and \w mean the same either way and ASCII ones are plain table
+# look-ups (most steps are ASCII; the others keep Unicode digits and letters)
+_ASCII_VALUE = re.compile(_VALUE_PATTERN, re.ASCII)
 _NOT_VALUES = re.compile(r"^[ \t]*\d+[.)][ \t]|^exit ?code:? ?\d+", re.MULTILINE | re.IGNORECASE)
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{3,60})[\"”]")
-_NAME = re.compile(r"[a-z0-9,;:(] ([A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*)")
+# a name after a lower-case word, a number or punctuation: the scan jumps from space to space (the
+# character before it is checked behind), which is what makes it cheap
+_NAME = re.compile(r" (?<=[a-z0-9,;:(] )([A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*)")
 _IDENTIFIER_BEFORE = re.compile(r"([A-Za-z_]\w*)[ \t]*$")
 _CODE_BLOCK = re.compile(r"```")
 _STOPPED = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -56,8 +62,9 @@ def numbers_in(text: str) -> list[str]:
     start), exit codes, or digits inside a word or an identifier."""
     if _NOT_VALUES.search(text):
         text = _NOT_VALUES.sub(" ", text)
+    values = _ASCII_VALUE if text.isascii() else _VALUE
     return [
-        canonical_number(raw.rstrip(",")) for raw in _VALUE.findall(text, 0, NUMBER_SCAN_CHARS)[:MAX_NUMBERS]
+        canonical_number(raw.rstrip(",")) for raw in values.findall(text, 0, NUMBER_SCAN_CHARS)[:MAX_NUMBERS]
     ]
 
 
