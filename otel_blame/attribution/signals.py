@@ -33,14 +33,22 @@ def _literal_first(pattern: str) -> str:
 class _Pattern:
     """A case-insensitive regex behind a cheap literal prefilter: the regex (slow on long text, many
     alternatives) only runs when the lower-cased text holds one of ``keys``, and it runs on the
-    lower-cased text (a case-sensitive regex is several times faster than an IGNORECASE one)."""
+    lower-cased text (a case-sensitive regex is several times faster than an IGNORECASE one).
 
-    def __init__(self, pattern: str, keys: tuple[str, ...]) -> None:
+    Each plain test costs a scan of the text: keys that share a ``gate`` (a part of each) are only
+    tested where the gate is, so a text holding none of the keys is scanned once per gate."""
+
+    def __init__(self, pattern: str, keys: tuple[str, ...], gates: tuple[str, ...] = ()) -> None:
         self.regex = re.compile(_literal_first(pattern.lower()))
         self.keys = keys
+        gated = {gate: tuple(key for key in keys if gate in key) for gate in gates}
+        ungated = [(key, ()) for key in keys if not any(gate in key for gate in gates)]
+        self._tests: tuple[tuple[str, tuple[str, ...]], ...] = (*ungated, *gated.items())
 
     def _may_match(self, lower: str) -> bool:
-        return any(key in lower for key in self.keys)
+        return any(
+            gate in lower and (not keys or any(map(lower.__contains__, keys))) for gate, keys in self._tests
+        )
 
     def count(self, text: str, lower: str) -> int:
         return len(self.regex.findall(lower)) if self._may_match(lower) else 0
@@ -115,6 +123,7 @@ _FABRICATION = _Pattern(
         "your path",
         "path/to/",
     ),
+    gates=(" access", " knowledge", "your", "made", "example ", "replace "),
 )
 _HEDGING = _Pattern(
     r"\btypically\b|\bapproximately\b|\bestimat\w+\b|\bplausible\b|\blikely\b|\bprobably\b"
@@ -161,13 +170,15 @@ _ANSWER_MARKER = re.compile(  # run on lower-cased text: several times faster th
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
-_UNSATISFIED = re.compile(
+_UNSATISFIED_PATTERN = (
     r"\bnot (?:yet )?(?:been )?(?:fully )?"
     r"(?:satisfied|found|identified|obtained|provided|confirmed|retrieved)\b"
     r"|\bstill need\b|\bdid not (?:provide|find|return|show|include)\b|\bdoes not (?:provide|show|include)\b"
-    r"|\bno (?:relevant|specific|useful) (?:information|results?|data)\b|\bunable to\b|\bfailed to\b",
-    re.IGNORECASE,
+    r"|\bno (?:relevant|specific|useful) (?:information|results?|data)\b|\bunable to\b|\bfailed to\b"
 )
+_UNSATISFIED = re.compile(_UNSATISFIED_PATTERN, re.IGNORECASE)
+# the same for ASCII text (twice as fast: ASCII word boundaries and case folds are table look-ups)
+_ASCII_UNSATISFIED = re.compile(_UNSATISFIED_PATTERN, re.IGNORECASE | re.ASCII)
 _ROUTING = re.compile(r"^\s*next speaker\b", re.IGNORECASE)
 
 
@@ -603,12 +614,25 @@ class LackingReport(Signal):
     def evidence(self, context: ScoringContext) -> Evidence:
         if context.coordinator is None:
             return {}
+        # the coordinator's next step after each step (read backwards once), and whether it found what it
+        # got lacking (read once: the reports before it share it)
+        following: dict[int, int | None] = {}
+        upcoming = None
+        for step in reversed(context.steps):
+            following[step.index] = upcoming
+            if step.agent == context.coordinator:
+                upcoming = step.index
+        lacking: dict[int, bool] = {}
         found: Evidence = {}
         for index in context.workers:
-            following = next(
-                (step for step in context.steps[index + 1 :] if step.agent == context.coordinator), None
-            )
-            if following is not None and _UNSATISFIED.search(following.content[:1500]):
+            after = following[index]
+            if after is None:
+                continue
+            if after not in lacking:
+                head = context.steps[after].content[:1500]
+                regex = _ASCII_UNSATISFIED if head.isascii() else _UNSATISFIED
+                lacking[after] = regex.search(head) is not None
+            if lacking[after]:
                 found[index] = 1.0 / (1.0 + 0.5 * context.worker_rank[index])
         return found
 
