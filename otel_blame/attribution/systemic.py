@@ -74,8 +74,9 @@ _SPECIFICATION_PATTERN = (
 )
 _SPECIFICATION = re.compile(_SPECIFICATION_PATTERN, re.IGNORECASE)
 # the same on lower-cased ASCII text, where it matches exactly where the case-insensitive one does on
-# the original (several times faster); other text has case folds (ſ, K, İ) only the original knows
-_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN)
+# the original (several times faster); other text has case folds (ſ, K, İ) only the original knows.
+# ASCII classes are table look-ups (\s then lacks the separators \x1c-\x1f: they are put back)
+_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN.replace(r"\s", r"[\s\x1c-\x1f]"), re.ASCII)
 _TERMINATE = re.compile(r"\bTERMINATE\b")
 _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
 _REPEATS_FOR_LOOP = 3

@@ -257,6 +257,7 @@ _LACKING = re.compile(
     r"included|confirmed|verified|specified)|incomplete|unverified)\b|\bmissing (?:from|in) (?:the|your)\b"
     r"|\bnot enough (?:information|detail)|\bincomplete (?:information|summary|note|report|data)\b"
 )
+_ASCII_LACKING = re.compile(_LACKING.pattern, re.ASCII)  # the same on ASCII text, twice as fast
 _LACKING_KEYS = ("not ", "n't ", "missing", "incomplete", "unverified")
 LACKING_CHARS = 1500
 
@@ -269,7 +270,9 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
         if graph.steps[index].kind != StepKind.MESSAGE:
             continue
         head = lowers[index][:LACKING_CHARS]
-        if any(key in head for key in _LACKING_KEYS) and _LACKING.search(head):
+        if any(key in head for key in _LACKING_KEYS) and (
+            (_ASCII_LACKING if head.isascii() else _LACKING).search(head)
+        ):
             given = _given(graph, index)
             if given is not None and given >= 0 and given != graph.task_step:
                 found[given] = 1.0
