@@ -30,7 +30,10 @@ _VALUE = re.compile(_VALUE_PATTERN)
 # the same for ASCII text, where \d and \w mean the same either way and ASCII ones are plain table
 # look-ups (most steps are ASCII; the others keep Unicode digits and letters)
 _ASCII_VALUE = re.compile(_VALUE_PATTERN, re.ASCII)
-_NOT_VALUES = re.compile(r"^[ \t]*\d+[.)][ \t]|^exit ?code:? ?\d+", re.MULTILINE | re.IGNORECASE)
+# list markers ("2. " at a line's start) and exit codes: each read from the newline before it (the
+# text is read with a newline in front), so the scan jumps from line to line instead of trying a
+# line start at every character
+_NOT_VALUES = re.compile(r"\n(?:[ \t]*\d+[.)][ \t]|exit ?code:? ?\d+)", re.IGNORECASE)
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{3,60})[\"”]")
 # a name after a lower-case word, a number or punctuation: the scan jumps from space to space (the
 # character before it is checked behind), which is what makes it cheap
@@ -60,8 +63,9 @@ def canonical_number(raw: str) -> str:
 def numbers_in(text: str) -> list[str]:
     """The values a text states (at most ``MAX_NUMBERS``): not list markers ("2. ..." at a line's
     start), exit codes, or digits inside a word or an identifier."""
-    if _NOT_VALUES.search(text):
-        text = _NOT_VALUES.sub(" ", text)
+    lines = "\n" + text
+    if _NOT_VALUES.search(lines):
+        text = _NOT_VALUES.sub("\n ", lines)[1:]
     values = _ASCII_VALUE if text.isascii() else _VALUE
     return [
         canonical_number(raw.rstrip(",")) for raw in values.findall(text, 0, NUMBER_SCAN_CHARS)[:MAX_NUMBERS]
