@@ -197,6 +197,16 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
         if steps[index].kind == StepKind.MESSAGE:
             authored[steps[index].agent] = authored.get(steps[index].agent, 0) + 1
     messages = sum(authored.values()) or 1
+    # each step's signal and causal evidence, in the order the features are listed (read from each
+    # feature's few steps, not by asking every feature about every step)
+    evidence: dict[int, list[tuple[str, float]]] = {}
+    for name, found in by_signal.items():
+        for index, value in found.items():
+            if value:
+                evidence.setdefault(index, []).append((f"signal_{name}", min(2.0, value)))
+    for name, found in reading.features.items():
+        for index, value in found.items():
+            evidence.setdefault(index, []).append((name, value))
     seen: set[str] = set()
     turns: dict[str, int] = {}
     arrival: dict[str, int] = {}
@@ -225,13 +235,7 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
             # the how-many-th turn of its agent, and the how-many-th agent to speak (as 1, 1/2, 1/3 ...)
             row["agent_turn"] = 1.0 / turns[step.agent]
             row["agent_arrival"] = 1.0 / (1 + arrival[step.agent])
-        for name, found in by_signal.items():
-            value = found.get(index)
-            if value:
-                row[f"signal_{name}"] = min(2.0, value)
-        for name, found in reading.features.items():
-            if index in found:
-                row[name] = found[index]
+        row.update(evidence.get(index, ()))
         if cross_run and index in cross_run:
             row["cross_run"] = cross_run[index]
         rows.append(row)
