@@ -89,6 +89,7 @@ _OVERRIDE = re.compile(
 )
 _OVERRIDE_KEYS = ("correction", "should", "instead", "skip", "ignore", "scratch")
 _ASSIGN_VALUE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d[\d_]*(?:\.\d+)?)\s*$", re.MULTILINE)
+_GIVES_A_NUMBER = re.compile(r"=\s*-?\d")  # in every assignment of a number: the scan jumps from "=" to "="
 _HARD = re.compile(
     r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:",
     re.IGNORECASE,
@@ -215,7 +216,11 @@ def _task_cut_short(graph: RunGraph) -> int | None:
     if len(task) < 40:
         return None
     for index in graph.candidates[:3]:
-        said = " ".join(graph.steps[index].content.split())
+        content = graph.steps[index].content
+        # a head already as long says the whole is (a relayed page is not squeezed whole to learn it)
+        if len(" ".join(content[: len(task)].split())) >= 0.6 * len(task):
+            continue
+        said = " ".join(content.split())
         if len(said) >= 8 and len(said) < 0.6 * len(task) and task.startswith(said.rstrip(".…")):
             return index
     return None
@@ -305,6 +310,8 @@ def _pending_work(text: str, is_request: bool) -> bool:
 
 def _reassigned(text: str) -> bool:
     """A name given two different constant values in one message: it contradicts itself."""
+    if not _GIVES_A_NUMBER.search(text):
+        return False  # (the line-by-line regex tries every character; most code assigns no number)
     values: dict[str, str] = {}
     for name, value in _ASSIGN_VALUE.findall(text):
         if values.setdefault(name, value) != value:
@@ -348,12 +355,15 @@ def _contradicts(call: ToolCall, result: str) -> bool:
     return any(key in echoed and echoed[key] != value for key, value in asked.items())
 
 
+_IDENTIFIER_MARKS = frozenset("-#@._")
+
+
 def _is_identifier(atom: str) -> bool:
     """An atom that names something (C-1348, #W9031525, 2024-03-28, jonas_berg_1333), not a value:
     identifiers are looked up or passed on, never worked out, so one nothing gave was made up."""
     if is_value(atom) and atom.replace(".", "", 1).isdigit():
         return False
-    return any(mark in atom for mark in "-#@._") or len(atom) >= 6
+    return not _IDENTIFIER_MARKS.isdisjoint(atom) or len(atom) >= 6
 
 
 @dataclass
