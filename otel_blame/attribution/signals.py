@@ -41,14 +41,13 @@ class _Pattern:
     def __init__(self, pattern: str, keys: tuple[str, ...], gates: tuple[str, ...] = ()) -> None:
         self.regex = re.compile(_literal_first(pattern.lower()))
         self.keys = keys
-        gated = {gate: tuple(key for key in keys if gate in key) for gate in gates}
-        ungated = [(key, ()) for key in keys if not any(gate in key for gate in gates)]
-        self._tests: tuple[tuple[str, tuple[str, ...]], ...] = (*ungated, *gated.items())
+        self._ungated = tuple(key for key in keys if not any(gate in key for gate in gates))
+        self._gated = tuple((gate, tuple(key for key in keys if gate in key)) for gate in gates)
 
     def _may_match(self, lower: str) -> bool:
-        return any(
-            gate in lower and (not keys or any(map(lower.__contains__, keys))) for gate, keys in self._tests
-        )
+        if any(map(lower.__contains__, self._ungated)):
+            return True
+        return any(gate in lower and any(map(lower.__contains__, keys)) for gate, keys in self._gated)
 
     def count(self, text: str, lower: str) -> int:
         return len(self.regex.findall(lower)) if self._may_match(lower) else 0

@@ -275,7 +275,7 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
         if graph.steps[index].kind != StepKind.MESSAGE:
             continue
         head = lowers[index][:LACKING_CHARS]
-        if any(key in head for key in _LACKING_KEYS) and (
+        if any(map(head.__contains__, _LACKING_KEYS)) and (
             (_ASCII_LACKING if head.isascii() else _LACKING).search(head)
         ):
             given = _given(graph, index)
@@ -604,7 +604,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
             if dropped:
                 features["dropped_input"][index] = dropped
             lower = lowers[index][:3000]
-            overrides = any(key in lower for key in _OVERRIDE_KEYS) and _OVERRIDE.search(lower)
+            overrides = any(map(lower.__contains__, _OVERRIDE_KEYS)) and _OVERRIDE.search(lower)
             if overrides or ("=" in text and _reassigned(text[:3000])):
                 features["override"][index] = 1.0
             if stops:
