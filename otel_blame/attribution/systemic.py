@@ -79,6 +79,7 @@ _SPECIFICATION = re.compile(_SPECIFICATION_PATTERN, re.IGNORECASE)
 _SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN.replace(r"\s", r"[\s\x1c-\x1f]"), re.ASCII)
 _TERMINATE = re.compile(r"\bTERMINATE\b")
 _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
+_FINAL_ANSWER_LOWER = re.compile(_FINAL_ANSWER.pattern)  # the same on lower-cased ASCII text
 _REPEATS_FOR_LOOP = 3
 
 
@@ -198,7 +199,16 @@ def _ended_without_answer(trajectory: Trajectory) -> bool:
     ]
     if not messages or "TERMINATE" not in messages[-1].content or not _TERMINATE.search(messages[-1].content):
         return False
-    return not any(_FINAL_ANSWER.search(step.content) for step in messages)
+    return not any(_states_an_answer(step.content) for step in messages)
+
+
+def _states_an_answer(text: str) -> bool:
+    """``_FINAL_ANSWER`` found in ``text``: on ASCII text by a plain test and a case-sensitive regex
+    on its lower-cased form (the same matches, a fraction of the cost on a long page)."""
+    if not text.isascii():
+        return _FINAL_ANSWER.search(text) is not None
+    lowered = text.lower()
+    return "answer" in lowered and _FINAL_ANSWER_LOWER.search(lowered) is not None
 
 
 # Every match of _SPECIFICATION holds one word of each group: plain substring tests on the lowered
