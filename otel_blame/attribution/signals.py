@@ -301,7 +301,7 @@ def _coordinator(trajectory: Trajectory, actors: list[int]) -> str | None:
         others = [other for other in agents if other != agent and len(other) >= 3]
         if not others or len(authored) < 5:
             continue
-        mentioning = sum(1 for step in authored if any(other in step.content for other in others))
+        mentioning = sum(1 for step in authored if any(map(step.content.__contains__, others)))
         share = mentioning / len(authored)
         if share > best_share:
             best, best_share = agent, share

@@ -67,9 +67,8 @@ def numbers_in(text: str) -> list[str]:
     if _NOT_VALUES.search(lines):
         text = _NOT_VALUES.sub("\n ", lines)[1:]
     values = _ASCII_VALUE if text.isascii() else _VALUE
-    return [
-        canonical_number(raw.rstrip(",")) for raw in values.findall(text, 0, NUMBER_SCAN_CHARS)[:MAX_NUMBERS]
-    ]
+    # (a trailing comma the scan took goes with the others in canonical_number)
+    return list(map(canonical_number, values.findall(text, 0, NUMBER_SCAN_CHARS)[:MAX_NUMBERS]))
 
 
 def is_value(token: str) -> bool:
