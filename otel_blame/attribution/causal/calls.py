@@ -76,8 +76,9 @@ def _scalars(value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
         yield "", value
 
 
-def atoms_of(text: str) -> list[str]:
-    """The numbers (canonical spelling) and identifiers with a digit in ``text``, lower-cased."""
+def atoms_of(text: str, *, with_numbers: bool = True) -> list[str]:
+    """The numbers (canonical spelling) and identifiers with a digit in ``text``, lower-cased; only
+    the identifiers without ``with_numbers``."""
     text = text[:ATOM_SCAN_CHARS]
     atoms = []
     for match in (_ASCII_FROM_DIGIT if text.isascii() else _FROM_DIGIT).finditer(text):
@@ -89,7 +90,8 @@ def atoms_of(text: str) -> list[str]:
             word = text[begin:start] + word
         word = word.rstrip(".-@").replace(",", "")
         if word.replace(".", "", 1).isdigit():
-            atoms.append(canonical_number(word))
+            if with_numbers:
+                atoms.append(canonical_number(word))
         elif len(word) >= 3:
             atoms.append(word.lower())
     return atoms

@@ -393,14 +393,16 @@ def _atoms_read(graph: RunGraph) -> _AtomsReading:
         for index in graph.candidates
         if steps[index].kind == StepKind.MESSAGE and (found := tool_calls(steps[index].content))
     }
-    seen = set(atoms_of(graph.trajectory.task.input or ""))
+    # a number is never an identifier: only the calls' arguments are checked against the numbers seen
+    with_numbers = bool(calls)
+    seen = set(atoms_of(graph.trajectory.task.input or "", with_numbers=with_numbers))
     # what the agents had seen, as text (for one-word arguments); only runs that make calls keep it
     history = [(graph.trajectory.task.input or "").lower()] if calls else []
     found = _AtomsReading()
     identifiers, novel, contradicted = found.identifiers, found.novel_calls, found.contradicted
     candidates = set(graph.candidates)
     for step in steps:
-        atoms = atoms_of(graph.texts[step.index])
+        atoms = atoms_of(graph.texts[step.index], with_numbers=with_numbers)
         if step.index in calls:
             arguments = [atom for call in calls[step.index] for atom in argument_atoms(call)]
             fresh = [atom for atom in arguments if atom not in seen]
