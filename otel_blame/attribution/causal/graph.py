@@ -38,7 +38,11 @@ _QUOTED = re.compile(r"[\"“]([^\"”\n]{3,60})[\"”]")
 # a name after a lower-case word, a number or punctuation: the scan jumps from space to space (the
 # character before it is checked behind), which is what makes it cheap
 _NAME = re.compile(r" (?<=[a-z0-9,;:(] )([A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*)")
-_IDENTIFIER_BEFORE = re.compile(r"([A-Za-z_]\w*)[ \t]*$")
+# the name before an "=" (within NAME_BEFORE_CHARS): read backwards from the "=" over blanks and the
+# word before them (a forward search would try every start in the window), from its first letter
+NAME_BEFORE_CHARS = 40
+_WORD_BEFORE_REVERSED = re.compile(r"[ \t]*(\w+)")
+_NAME_START = re.compile(r"[A-Za-z_]")
 _CODE_BLOCK = re.compile(r"```")
 _STOPPED = re.compile(r"\bTERMINATE\b|\bSTOP\b")
 _ANSWERED = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
@@ -86,11 +90,24 @@ def _assigned_names(text: str) -> list[str]:
             "<",
             ">",
         ):
-            found = _IDENTIFIER_BEFORE.search(text, max(0, position - 40), position)
-            if found:
-                names.append(found.group(1))
+            name = _name_before(text, position)
+            if name:
+                names.append(name)
         position = text.find("=", position + 1)
     return names
+
+
+def _name_before(text: str, position: int) -> str | None:
+    """The name ending (blanks aside) right before ``position``, or before a newline there, within
+    ``NAME_BEFORE_CHARS``: from the first letter or underscore of the word there."""
+    start = max(0, position - NAME_BEFORE_CHARS)
+    end = position - 1 if position > start and text[position - 1] == "\n" else position
+    found = _WORD_BEFORE_REVERSED.match(text[start:end][::-1])
+    if found is None:
+        return None
+    word = found.group(1)[::-1]
+    letter = _NAME_START.search(word)
+    return word[letter.start() :] if letter else None
 
 
 def tokens_of(text: str, numbers: list[str] | None = None) -> set[str]:
