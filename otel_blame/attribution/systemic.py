@@ -213,7 +213,8 @@ def _states_an_answer(text: str) -> bool:
 
 # Every match of _SPECIFICATION holds one word of each group: plain substring tests on the lowered
 # text rule out almost every step before the (case-insensitive, backtracking) regex runs.
-_SUBJECT_WORDS = ("task", "instruction", "requirement", "spec", "request", "question", "prompt")
+# (the most frequent first: a test stops at the first found)
+_SUBJECT_WORDS = ("spec", "request", "question", "instruction", "task", "requirement", "prompt")
 _FAULT_WORDS = (
     "contradict", "conflicting", "ambiguous", "unclear", "inconsistent", "specified", "incomplete",
     "impossible", "does not", "did not", "doesn't", "didn't", "not enough", "insufficient", "missing",
