@@ -114,8 +114,8 @@ def tokens_of(text: str, numbers: list[str] | None = None) -> set[str]:
     """The distinctive bits of a text (see the module docstring); ``numbers`` when already read."""
     found = set(numbers_in(text) if numbers is None else numbers)
     if '"' in text or "“" in text:
-        found |= {match.lower() for match in _QUOTED.findall(text)}
-    found |= {match.lower() for match in _NAME.findall(text)}
+        found.update(map(str.lower, _QUOTED.findall(text)))
+    found.update(map(str.lower, _NAME.findall(text)))
     if "=" in text:
         found |= {f"={name}" for name in _assigned_names(text)}
     return found
