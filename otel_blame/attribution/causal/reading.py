@@ -90,10 +90,14 @@ _OVERRIDE = re.compile(
 _OVERRIDE_KEYS = ("correction", "should", "instead", "skip", "ignore", "scratch")
 _ASSIGN_VALUE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d[\d_]*(?:\.\d+)?)\s*$", re.MULTILINE)
 _GIVES_A_NUMBER = re.compile(r"=\s*-?\d")  # in every assignment of a number: the scan jumps from "=" to "="
-_HARD = re.compile(
-    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:",
-    re.IGNORECASE,
+_HARD_PATTERN = (
+    r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:"
 )
+_HARD = re.compile(_HARD_PATTERN, re.IGNORECASE)
+# on lower-cased ASCII text the case-sensitive regex matches where _HARD does on the original, and only
+# where one of these is: most results are ruled out by plain tests
+_HARD_LOWER = re.compile(_HARD_PATTERN)
+_HARD_KEYS = ("traceback", "execution failed", "exit", "error:", "exception:")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 _DIGIT = re.compile(r"\d")
 MAX_STATEMENTS = 16
@@ -182,6 +186,14 @@ def _statements(text: str) -> list[set[str]]:
         if len(words) >= 2:
             found.append(words)
     return found
+
+
+def _fails_hard(text: str) -> bool:
+    """A traceback, a failed execution, a non-zero exit code or an ``...Error:`` in a result."""
+    if not text.isascii():
+        return _HARD.search(text) is not None
+    lower = text.lower()
+    return any(map(lower.__contains__, _HARD_KEYS)) and _HARD_LOWER.search(lower) is not None
 
 
 def _carried(statement: set[str], words: set[str]) -> bool:
@@ -562,7 +574,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     failed_results = {
         step.index
         for step in steps
-        if step.kind != StepKind.MESSAGE and (step.is_error or _HARD.search(graph.texts[step.index]))
+        if step.kind != StepKind.MESSAGE and (step.is_error or _fails_hard(graph.texts[step.index]))
     }
     starts = [graph.answer_step] if graph.answer_step is not None else []
     starts += sorted(failed_results | set(dependency_at))
