@@ -134,10 +134,10 @@ def keyed_values(value: Any) -> dict[str, str]:
     result should echo of its call."""
     found: dict[str, str] = {}
     for key, inner in _scalars(value):
-        if key and isinstance(inner, str | int) and not isinstance(inner, bool):
+        if key and key not in found and isinstance(inner, str | int) and not isinstance(inner, bool):
             text = str(inner).strip().lower()
-            if text and any(ch.isdigit() for ch in text) and len(text) <= 80:
-                found.setdefault(key, text)
+            if text and len(text) <= 80 and any(map(str.isdigit, text)):
+                found[key] = text
     return found
 
 

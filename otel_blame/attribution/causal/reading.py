@@ -419,7 +419,9 @@ def _atoms_read(graph: RunGraph) -> _AtomsReading:
             arguments = [atom for call in calls[step.index] for atom in argument_atoms(call)]
             fresh = [atom for atom in arguments if atom not in seen]
             words = [word for call in calls[step.index] for word in argument_words(call)]
-            fresh += [word for word in words if not any(word in text for text in history)]
+            if words:  # (a one-word argument holds no space: in the texts joined, it is found in one)
+                said = " ".join(history)
+                fresh += [word for word in words if word not in said]
             if fresh:
                 novel[step.index] = min(1.0, len(fresh) / 2)
         elif step.kind == StepKind.TOOL and graph.call_of.get(step.index) in calls:
