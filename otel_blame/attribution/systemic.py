@@ -73,13 +73,13 @@ _SPECIFICATION_PATTERN = (
     r" (?:in|from) the (?:task|request|question))"
 )
 _SPECIFICATION = re.compile(_SPECIFICATION_PATTERN, re.IGNORECASE)
-# the same on lower-cased ASCII text, where it matches exactly where the case-insensitive one does on
-# the original (several times faster); other text has case folds (ſ, K, İ) only the original knows.
-# ASCII classes are table look-ups (\s then lacks the separators \x1c-\x1f: they are put back)
-_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN.replace(r"\s", r"[\s\x1c-\x1f]"), re.ASCII)
+# the same, case-sensitive, for the lower-cased text (see lowered_for_matching); and for ASCII text
+# with ASCII classes, table look-ups (where \s lacks the separators \x1c-\x1f: they are put back)
+_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN)
+_ASCII_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN.replace(r"\s", r"[\s\x1c-\x1f]"), re.ASCII)
 _TERMINATE = re.compile(r"\bTERMINATE\b")
 _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
-_FINAL_ANSWER_LOWER = re.compile(_FINAL_ANSWER.pattern)  # the same on lower-cased ASCII text
+_FINAL_ANSWER_LOWER = re.compile(_FINAL_ANSWER.pattern)  # the same for the lower-cased text
 _REPEATS_FOR_LOOP = 3
 
 
@@ -143,6 +143,20 @@ def _status_text(content: str) -> str:
     return "\n".join([head, *errors])
 
 
+# A case-insensitive regex of lower-case ASCII letters matches a text exactly where the same regex,
+# case-sensitive, matches the text lower-cased (several times faster), unless the text holds one of
+# the three characters that fold to an ASCII letter without lower-casing to it alone
+_FOLDS_APART = ("\u0130", "\u0131", "\u017f")  # İ, ı, ſ
+
+
+def lowered_for_matching(text: str) -> str | None:
+    """``text`` lower-cased for a case-sensitive regex standing in for a case-insensitive one, or
+    None where only the case-insensitive regex reads it right."""
+    if not text.isascii() and any(map(text.__contains__, _FOLDS_APART)):
+        return None
+    return text.lower()
+
+
 def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure | None:
     """A tool or code result whose own status says a service failed (HTTP 429/5xx, a timeout)."""
     step = trajectory.steps[index]
@@ -151,9 +165,9 @@ def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure
     content = step.content
     if not content.lstrip().startswith("{"):
         # the status text is pieces of the first 4000 characters, and a match never spans two pieces
-        text = content[:4000]
-        if text.isascii() and not any(map(text.lower().__contains__, _DEPENDENCY_WORDS)):
-            return None  # (other text has case folds the plain test would miss: the regex decides)
+        lowered = lowered_for_matching(content[:4000])
+        if lowered is not None and not any(map(lowered.__contains__, _DEPENDENCY_WORDS)):
+            return None
     found = _RESULT_SAYS_DEPENDENCY.search(_status_text(content))
     if found is None:
         return None
@@ -203,11 +217,11 @@ def _ended_without_answer(trajectory: Trajectory) -> bool:
 
 
 def _states_an_answer(text: str) -> bool:
-    """``_FINAL_ANSWER`` found in ``text``: on ASCII text by a plain test and a case-sensitive regex
-    on its lower-cased form (the same matches, a fraction of the cost on a long page)."""
-    if not text.isascii():
+    """``_FINAL_ANSWER`` found in ``text``: by a plain test and a case-sensitive regex on its
+    lower-cased form (the same matches, a fraction of the cost on a long page)."""
+    lowered = lowered_for_matching(text)
+    if lowered is None:
         return _FINAL_ANSWER.search(text) is not None
-    lowered = text.lower()
     return "answer" in lowered and _FINAL_ANSWER_LOWER.search(lowered) is not None
 
 
@@ -226,8 +240,10 @@ def _states_a_specification_fault(text: str) -> bool:
     if not (any(map(lowered.__contains__, _SUBJECT_WORDS)) and any(map(lowered.__contains__, _FAULT_WORDS))):
         return False
     if text.isascii():
-        return _SPECIFICATION_LOWER.search(lowered) is not None
-    return _SPECIFICATION.search(text) is not None
+        return _ASCII_SPECIFICATION_LOWER.search(lowered) is not None
+    if lowered_for_matching(text) is None:
+        return _SPECIFICATION.search(text) is not None
+    return _SPECIFICATION_LOWER.search(lowered) is not None
 
 
 def specification_evidence(trajectory: Trajectory) -> int | None:

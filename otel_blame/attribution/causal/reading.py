@@ -47,7 +47,7 @@ from otel_blame.attribution.causal.calls import (
     tool_calls,
 )
 from otel_blame.attribution.causal.graph import RunGraph, build_graph, is_value, numbers_in, tokens_of
-from otel_blame.attribution.systemic import result_text_failure
+from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure
 from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
 CAUSAL_FEATURES: tuple[str, ...] = (
@@ -94,8 +94,8 @@ _HARD_PATTERN = (
     r"traceback \(most recent call last\)|execution failed|exit ?code:? ?[1-9]|[a-z]error:|[a-z]exception:"
 )
 _HARD = re.compile(_HARD_PATTERN, re.IGNORECASE)
-# on lower-cased ASCII text the case-sensitive regex matches where _HARD does on the original, and only
-# where one of these is: most results are ruled out by plain tests
+# on the lower-cased text (see lowered_for_matching) the case-sensitive regex matches where _HARD does on
+# the original, and only where one of these is: most results are ruled out by plain tests
 _HARD_LOWER = re.compile(_HARD_PATTERN)
 _HARD_KEYS = ("traceback", "execution failed", "exit", "error:", "exception:")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
@@ -190,9 +190,9 @@ def _statements(text: str) -> list[set[str]]:
 
 def _fails_hard(text: str) -> bool:
     """A traceback, a failed execution, a non-zero exit code or an ``...Error:`` in a result."""
-    if not text.isascii():
+    lower = lowered_for_matching(text)
+    if lower is None:
         return _HARD.search(text) is not None
-    lower = text.lower()
     return any(map(lower.__contains__, _HARD_KEYS)) and _HARD_LOWER.search(lower) is not None
 
 
