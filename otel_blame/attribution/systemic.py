@@ -96,6 +96,9 @@ _RESULT_SAYS_DEPENDENCY = re.compile(
 _ERROR_LINE = re.compile(
     r"\s*(?:[\w.]*(?:Error|Exception)\b|Traceback|HTTP\b|error\b|status\b)", re.IGNORECASE
 )
+# the same, case-sensitive, for the lower-cased text (see lowered_for_matching; its only escapes are
+# \b and \d, which lower-casing leaves as they are)
+_RESULT_SAYS_DEPENDENCY_LOWER = re.compile(_RESULT_SAYS_DEPENDENCY.pattern.lower())
 # every match of _RESULT_SAYS_DEPENDENCY holds one of these (lower-cased): most results hold none
 _DEPENDENCY_WORDS = (
     "http",
@@ -168,7 +171,13 @@ def result_text_failure(trajectory: Trajectory, index: int) -> DependencyFailure
         lowered = lowered_for_matching(content[:4000])
         if lowered is not None and not any(map(lowered.__contains__, _DEPENDENCY_WORDS)):
             return None
-    found = _RESULT_SAYS_DEPENDENCY.search(_status_text(content))
+    status = _status_text(content)
+    lowered = lowered_for_matching(status)
+    if lowered is not None and not (
+        any(map(lowered.__contains__, _DEPENDENCY_WORDS)) and _RESULT_SAYS_DEPENDENCY_LOWER.search(lowered)
+    ):
+        return None
+    found = _RESULT_SAYS_DEPENDENCY.search(status)  # (what it says, as it says it)
     if found is None:
         return None
     host = _HOST.search(step.content[:4000])
