@@ -80,7 +80,7 @@ _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
 _STOP_LINE = re.compile(r"(?:^|\n)[ \t#]*(?:TERMINATE|STOP)[ \t.!#]*$")  # a stop word said, not quoted
 STOP_CHARS = 400  # a stop word is read in a message's tail
 _LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
-_ANSWER = re.compile(r"final answer|the answer is|answer:")  # on lower-cased text
+_ANSWERS = ("final answer", "the answer is", "answer:")  # on lower-cased text
 # run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
 _OVERRIDE = re.compile(
     r"^[ \t]*correction\s*:|should (?:be|read|have been) \d|instead of \d|skip (?:step|item|line) \d"
@@ -176,6 +176,8 @@ def _dependencies(trajectory: Trajectory, graph: RunGraph) -> dict[int, Dependen
 def _statements(text: str) -> list[set[str]]:
     """The statements of a message that give or assign a value (its lines, or its sentences when it is
     one line), as word sets: prose (a request, thanks) is not carried over, values are."""
+    if "=" not in text and not _DIGIT.search(text):
+        return []  # (no statement of it can give a value)
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("```")]
     units = lines if len(lines) >= 2 else _SENTENCE.findall(text)
     found = []
@@ -305,6 +307,7 @@ _ASKS = re.compile(
     r"|\bstill (?:to|need)|\bremaining\b|\bnot yet\b|\bleft to\b",
     re.IGNORECASE | re.MULTILINE,
 )
+_ASKS_LOWER = re.compile(_ASKS.pattern, re.MULTILINE)  # the same for the lower-cased text
 
 
 def _stops(text: str) -> bool:
@@ -316,8 +319,11 @@ def _stops(text: str) -> bool:
 def _pending_work(text: str, is_request: bool) -> bool:
     """A message that stops the run while leaving work for others: the request itself, code to run,
     a plan, a question or an instruction before the stop word (a closing summary leaves none)."""
+    if is_request:
+        return True
     before = _STOP.split(text[-1500:])[0]
-    return is_request or bool(_ASKS.search(before))
+    lowered = lowered_for_matching(before)
+    return bool(_ASKS.search(before) if lowered is None else _ASKS_LOWER.search(lowered))
 
 
 def _reassigned(text: str) -> bool:
@@ -572,7 +578,7 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
     dependency_at = _dependencies(trajectory, graph)
     lowers = {index: graph.texts[index].lower() for index in graph.candidates}
     # whether a step states an answer (a recorded final output may be whatever the last step said)
-    answered = any("answer" in lower and _ANSWER.search(lower) for lower in lowers.values())
+    answered = any("answer" in lower and any(map(lower.__contains__, _ANSWERS)) for lower in lowers.values())
     failed_results = {
         step.index
         for step in steps
