@@ -79,7 +79,7 @@ _SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN)
 _ASCII_SPECIFICATION_LOWER = re.compile(_SPECIFICATION_PATTERN.replace(r"\s", r"[\s\x1c-\x1f]"), re.ASCII)
 _TERMINATE = re.compile(r"\bTERMINATE\b")
 _FINAL_ANSWER = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
-_FINAL_ANSWER_LOWER = re.compile(_FINAL_ANSWER.pattern)  # the same for the lower-cased text
+_FINAL_ANSWERS = ("final answer", "the answer is", "answer:")  # its alternatives, for plain tests
 _REPEATS_FOR_LOOP = 3
 
 
@@ -226,12 +226,12 @@ def _ended_without_answer(trajectory: Trajectory) -> bool:
 
 
 def _states_an_answer(text: str) -> bool:
-    """``_FINAL_ANSWER`` found in ``text``: by a plain test and a case-sensitive regex on its
-    lower-cased form (the same matches, a fraction of the cost on a long page)."""
+    """``_FINAL_ANSWER`` found in ``text``: by plain tests on its lower-cased form (the same matches,
+    a fraction of the cost on a long page)."""
     lowered = lowered_for_matching(text)
     if lowered is None:
         return _FINAL_ANSWER.search(text) is not None
-    return "answer" in lowered and _FINAL_ANSWER_LOWER.search(lowered) is not None
+    return "answer" in lowered and any(map(lowered.__contains__, _FINAL_ANSWERS))
 
 
 # Every match of _SPECIFICATION holds one word of each group: plain substring tests on the lowered
