@@ -35,6 +35,8 @@ _ASCII_VALUE = re.compile(_VALUE_PATTERN, re.ASCII)
 # line start at every character
 _NOT_VALUES = re.compile(r"\n(?:[ \t]*\d+[.)][ \t]|exit ?code:? ?\d+)", re.IGNORECASE)
 _QUOTED = re.compile(r"[\"“]([^\"”\n]{3,60})[\"”]")
+# the same where no “ is: opening on one character, the scan jumps from quote to quote
+_PLAIN_QUOTED = re.compile(r"\"([^\"”\n]{3,60})[\"”]")
 # a name after a lower-case word, a number or punctuation: the scan jumps from space to space (the
 # character before it is checked behind), which is what makes it cheap
 _NAME = re.compile(r" (?<=[a-z0-9,;:(] )([A-Z][a-zA-Z]{2,}(?: [A-Z][a-zA-Z]{2,})*)")
@@ -113,8 +115,10 @@ def _name_before(text: str, position: int) -> str | None:
 def tokens_of(text: str, numbers: list[str] | None = None) -> set[str]:
     """The distinctive bits of a text (see the module docstring); ``numbers`` when already read."""
     found = set(numbers_in(text) if numbers is None else numbers)
-    if '"' in text or "“" in text:
+    if "“" in text:
         found.update(map(str.lower, _QUOTED.findall(text)))
+    elif '"' in text:
+        found.update(map(str.lower, _PLAIN_QUOTED.findall(text)))
     found.update(map(str.lower, _NAME.findall(text)))
     if "=" in text:
         found |= {f"={name}" for name in _assigned_names(text)}
