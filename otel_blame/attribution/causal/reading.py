@@ -81,13 +81,15 @@ _STOP_LINE = re.compile(r"(?:^|\n)[ \t#]*(?:TERMINATE|STOP)[ \t.!#]*$")  # a sto
 STOP_CHARS = 400  # a stop word is read in a message's tail
 _LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
 _ANSWERS = ("final answer", "the answer is", "answer:")  # on lower-cased text
-# run on lower-cased text, and only when one of the keys is there (a scan of every message is costly)
+# run on lower-cased text, and only when one of their keys is there (a scan of every message is
+# costly): a correction opening a line (read from the newline before it, the text read with one in
+# front, so the scan jumps from line to line), and phrases overriding a value or an instruction
+_CORRECTION_LINE = re.compile(r"\n[ \t]*correction\s*:")
 _OVERRIDE = re.compile(
-    r"^[ \t]*correction\s*:|should (?:be|read|have been) \d|instead of \d|skip (?:step|item|line) \d"
-    r"|ignore (?:the|that|step|previous)\b|scratch that\b",
-    re.MULTILINE,
+    r"should (?:be|read|have been) \d|instead of \d|skip (?:step|item|line) \d"
+    r"|ignore (?:the|that|step|previous)\b|scratch that\b"
 )
-_OVERRIDE_KEYS = ("correction", "should", "instead", "skip", "ignore", "scratch")
+_OVERRIDE_KEYS = ("should", "instead", "skip", "ignore", "scratch")
 _ASSIGN_VALUE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d[\d_]*(?:\.\d+)?)\s*$", re.MULTILINE)
 _GIVES_A_NUMBER = re.compile(r"=\s*-?\d")  # in every assignment of a number: the scan jumps from "=" to "="
 _HARD_PATTERN = (
@@ -626,7 +628,9 @@ def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> Caus
             if dropped:
                 features["dropped_input"][index] = dropped
             lower = lowers[index][:3000]
-            overrides = any(map(lower.__contains__, _OVERRIDE_KEYS)) and _OVERRIDE.search(lower)
+            overrides = ("correction" in lower and _CORRECTION_LINE.search("\n" + lower)) or (
+                any(map(lower.__contains__, _OVERRIDE_KEYS)) and _OVERRIDE.search(lower)
+            )
             if overrides or ("=" in text and _reassigned(text[:3000])):
                 features["override"][index] = 1.0
             if stops:
