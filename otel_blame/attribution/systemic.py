@@ -245,6 +245,8 @@ _FAULT_WORDS = (
 
 
 def _states_a_specification_fault(text: str) -> bool:
+    """``_SPECIFICATION`` found in ``text``: plain tests first, then the regex (on the lower-cased text
+    where that reads the same)."""
     lowered = text.lower()
     if not (any(map(lowered.__contains__, _SUBJECT_WORDS)) and any(map(lowered.__contains__, _FAULT_WORDS))):
         return False
