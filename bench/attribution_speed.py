@@ -3,9 +3,9 @@
 The target (issue 17): ``RankerAttribution().attribute(trajectory)`` under 10 ms of CPU per 100
 steps over Who&When's dev logs, whose long steps are whole web pages. CPU time
 (``time.process_time``) after a warm-up pass, over several repeats: the best repeat is the least
-disturbed by other load on the machine, the median says how steady it was. ``--stages`` splits one
-pass into the reading's stages (the causal graph, the causal reading, the signals' context and
-signals, the ranking and verdict). Usage::
+disturbed by other load on the machine, the median says how steady it was. ``--stages`` also times
+the reading's stages on their own (the causal graph, the causal reading, the signals). On a shared
+machine compare two trees in the same session, alternating runs. Usage::
 
     .venv/bin/python bench/attribution_speed.py --dataset data/who_and_when/dev --repeats 5
 """
@@ -39,8 +39,8 @@ def _pass(method: RankerAttribution, runs: list[Trajectory]) -> float:
 
 
 def _stages(runs: list[Trajectory]) -> dict[str, float]:
-    """CPU seconds of each stage over one pass (each stage timed on its own, so they add up to a
-    little more than a verdict, which shares the graph between them)."""
+    """CPU seconds of each stage over one pass: the causal graph, the causal reading over it, the
+    signals' context and the ranker's signals (the ranking and the verdict make up the rest)."""
     spent = dict.fromkeys(("graph", "reading", "signals"), 0.0)
     for run in runs:
         clock = time.process_time()
