@@ -7,7 +7,7 @@ disturbed by other load on the machine, the median says how steady it was. ``--s
 the reading's stages on their own (the causal graph, the causal reading, the signals). On a shared
 machine compare two trees in the same session, alternating runs. Usage::
 
-    .venv/bin/python bench/attribution_speed.py --dataset data/who_and_when/dev --repeats 5
+    .venv/bin/python bench/attribution_speed.py --repeats 5 --stages   # OTEL_BLAME_WHO_AND_WHEN: the logs
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from otel_blame.attribution.ranker import RANKER_SIGNALS, RankerAttribution
 from otel_blame.attribution.signals import ScoringContext
 from otel_blame.bench.who_and_when import SUBSETS, case_files, load_case
 from otel_blame.trajectory import Trajectory
+
+WHO_AND_WHEN = Path(os.environ.get("OTEL_BLAME_WHO_AND_WHEN", "/work/shared/who_and_when/dev"))
 
 
 def _load(dataset: Path) -> list[Trajectory]:
@@ -59,7 +61,7 @@ def _stages(runs: list[Trajectory]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, default=Path("/work/shared/who_and_when/dev"))
+    parser.add_argument("--dataset", type=Path, default=WHO_AND_WHEN, help="a Who&When-layout directory")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--stages", action="store_true", help="also time the reading's stages")
     args = parser.parse_args()
