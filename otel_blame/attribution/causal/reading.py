@@ -535,9 +535,7 @@ def _answer_unsupported(graph: RunGraph, made_up: dict[int, float]) -> float:
         if used != index:
             at_hand += graph.numbers[used]
         stated += _expression_values(graph.texts[used])
-    unsupported = [
-        token for token in fresh if not _derived(token, at_hand) and not agrees_any(token, stated)
-    ]
+    unsupported = [token for token in fresh if not _derived(token, at_hand) and not agrees_any(token, stated)]
     return len(unsupported) / len(values)
 
 
