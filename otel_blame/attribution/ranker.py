@@ -24,7 +24,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -154,16 +154,39 @@ class RankerModel:
             return _packaged_model()
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
 
+    @cached_property
+    def _absent(self) -> tuple[dict[str, tuple[int, ...]], list[float]]:
+        """Where each feature is in the model, and every feature's share when the row lacks it (its
+        value 0.0: the same float as the share computed for 0.0)."""
+        positions: dict[str, tuple[int, ...]] = {}
+        for position, name in enumerate(self.features):
+            positions[name] = (*positions.get(name, ()), position)
+        absent = [
+            weight * (0.0 - mean) / scale
+            for weight, mean, scale in zip(self.weights, self.mean, self.scale, strict=True)
+        ]
+        if len(absent) != len(self.features):
+            raise ValueError("the model's features and weights differ in number")
+        return positions, absent
+
+    def _parts(self, row: dict[str, float]) -> list[float]:
+        """Each feature's share of the score, in the model's order: the shares of the features the row
+        lacks are constants, only its own few are computed (a row holds a handful of the features)."""
+        positions, absent = self._absent
+        parts = absent.copy()
+        weights, means, scales = self.weights, self.mean, self.scale
+        for name, value in row.items():
+            for position in positions.get(name, ()):
+                parts[position] = weights[position] * (value - means[position]) / scales[position]
+        return parts
+
     def contributions(self, row: dict[str, float]) -> list[tuple[float, str]]:
         """Each present feature's share of the score (standardised value times weight)."""
-        found = []
-        for name, weight, mean, scale in zip(self.features, self.weights, self.mean, self.scale, strict=True):
-            value = row.get(name, 0.0)
-            found.append((weight * (value - mean) / scale, name))
-        return found
+        return list(zip(self._parts(row), self.features, strict=True))
 
     def score(self, row: dict[str, float]) -> float:
-        return sum(part for part, _ in self.contributions(row))
+        # (the shares summed in the model's order, as sum() adds them: the same float as before)
+        return sum(self._parts(row))
 
 
 @lru_cache(maxsize=1)
