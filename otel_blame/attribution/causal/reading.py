@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 
 from otel_blame.attribution.causal.arithmetic import agrees, expression_value, printed_numbers
 from otel_blame.attribution.causal.calls import (
@@ -108,6 +109,7 @@ ANSWER_INPUTS = 2  # the steps just before the answer whose values it may work f
 # value is "twice" or "three more than" something at hand
 SMALL_OPERAND = 10
 _WORD = re.compile(r"[a-z_][a-z0-9_]{2,}|\d+(?:\.\d+)?")
+_ASCII_WORD = re.compile(_WORD.pattern, re.ASCII)  # the same on ASCII text (\d as table look-ups)
 
 
 @dataclass
@@ -175,18 +177,26 @@ def _dependencies(trajectory: Trajectory, graph: RunGraph) -> dict[int, Dependen
     return found
 
 
+def _is_statement_line(line: str) -> bool:
+    """A line with something in it that does not open or close a code block."""
+    stripped = line.lstrip()
+    return bool(stripped) and not stripped.startswith("```")
+
+
 def _statements(text: str) -> list[set[str]]:
     """The statements of a message that give or assign a value (its lines, or its sentences when it is
     one line), as word sets: prose (a request, thanks) is not carried over, values are."""
     if "=" not in text and not _DIGIT.search(text):
         return []  # (no statement of it can give a value)
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("```")]
+    # (only the first MAX_STATEMENTS lines are read: the others are not filtered)
+    lines = list(islice(filter(_is_statement_line, text.splitlines()), MAX_STATEMENTS))
     units = lines if len(lines) >= 2 else _SENTENCE.findall(text)
     found = []
     for unit in units[:MAX_STATEMENTS]:
         if "=" not in unit and not _DIGIT.search(unit):
             continue
-        words = set(_WORD.findall(unit.lower()))
+        lowered = unit.lower()
+        words = set((_ASCII_WORD if lowered.isascii() else _WORD).findall(lowered))
         if len(words) >= 2:
             found.append(words)
     return found
@@ -218,7 +228,7 @@ def _dropped_input(
     found = statements[given]
     if len(found) < 2:
         return 0.0
-    words = set(_WORD.findall(lower))
+    words = set((_ASCII_WORD if lower.isascii() else _WORD).findall(lower))
     missing = sum(1 for statement in found if not _carried(statement, words))
     if missing == 0 or missing * 2 > len(found):
         return 0.0
