@@ -203,13 +203,15 @@ class StepRows:
     candidates: list[int]
     rows: list[dict[str, float]]
     reading: CausalReading
+    whole_lowers: list[str | None] | None = None  # each step's whole text lower-cased, where at hand
 
 
 def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = None) -> StepRows:
     """Read a run once: every candidate step's features (see the module docstring)."""
-    reading = read_causally(trajectory)
-    graph = reading.graph
     context = ScoringContext.build(trajectory)
+    whole_lowers = context.whole_lowers()  # (lower-cased once, for the reading and the verdict)
+    reading = read_causally(trajectory, whole_lowers=whole_lowers)
+    graph = reading.graph
     by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
     steps = trajectory.steps
     candidates = graph.candidates
@@ -266,7 +268,7 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
         first = next((row for row in rows if row.get(name)), None)
         if first is not None:
             first[f"earliest_{name}"] = 1.0
-    return StepRows(trajectory, candidates, rows, reading)
+    return StepRows(trajectory, candidates, rows, reading, whole_lowers)
 
 
 def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
@@ -370,7 +372,7 @@ def verdict(
             )
         )[:3] or ["its evidence outweighs the other steps'"]
         reason = f"Step {chosen} by {step.agent}: " + "; ".join(parts) + "."
-        flagged = specification_evidence(trajectory)
+        flagged = specification_evidence(trajectory, rows.whole_lowers)
         if flagged is not None:
             update["category"] = "specification"
             reason += (

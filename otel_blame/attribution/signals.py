@@ -434,6 +434,14 @@ class ScoringContext:
             found = self._prose[index] = (prose, lower)
         return found
 
+    def whole_lowers(self) -> list[str | None]:
+        """Each step's whole text lower-cased where the window is the whole step (None elsewhere), for
+        the readings that lower-case whole steps."""
+        return [
+            lower if len(step.content) <= SCAN_HEAD_CHARS + SCAN_TAIL_CHARS else None
+            for step, lower in zip(self.steps, self.lowers, strict=True)
+        ]
+
     def full_lower(self, index: int) -> str:
         """A step's whole text, lower-cased (the window when the step is short enough to be whole)."""
         text = self.steps[index].content

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 from otel_blame.attribution.result import Attribution
 from otel_blame.trajectory import DependencyFailure, StepKind, Trajectory
@@ -237,6 +238,7 @@ def _states_an_answer(text: str) -> bool:
 # Every match of _SPECIFICATION holds one word of each group: plain substring tests on the lowered
 # text rule out almost every step before the (case-insensitive, backtracking) regex runs.
 # (the most frequent first: a test stops at the first found)
+SPECIFICATION_CHARS = 4000  # what is read of a message for a specification fault
 _SUBJECT_WORDS = ("spec", "request", "question", "instruction", "task", "requirement", "prompt")
 _FAULT_WORDS = (
     "contradict", "conflicting", "ambiguous", "unclear", "inconsistent", "specified", "incomplete",
@@ -244,10 +246,11 @@ _FAULT_WORDS = (
 )  # fmt: skip
 
 
-def _states_a_specification_fault(text: str) -> bool:
+def _states_a_specification_fault(text: str, lowered: str | None = None) -> bool:
     """``_SPECIFICATION`` found in ``text``: plain tests first, then the regex (on the lower-cased text
-    where that reads the same)."""
-    lowered = text.lower()
+    where that reads the same). ``lowered``: ``text`` lower-cased, when already at hand."""
+    if lowered is None:
+        lowered = text.lower()
     if not (any(map(lowered.__contains__, _SUBJECT_WORDS)) and any(map(lowered.__contains__, _FAULT_WORDS))):
         return False
     if text.isascii():
@@ -257,10 +260,19 @@ def _states_a_specification_fault(text: str) -> bool:
     return _SPECIFICATION_LOWER.search(lowered) is not None
 
 
-def specification_evidence(trajectory: Trajectory) -> int | None:
-    """The first message step saying the task or its instructions are wrong, if any."""
+def specification_evidence(
+    trajectory: Trajectory, whole_lowers: Sequence[str | None] | None = None
+) -> int | None:
+    """The first message step saying the task or its instructions are wrong, if any.
+    ``whole_lowers``: each step's whole text lower-cased where already at hand (else None)."""
     for step in trajectory.steps:
-        if step.kind == StepKind.MESSAGE and _states_a_specification_fault(step.content[:4000]):
+        if step.kind != StepKind.MESSAGE:
+            continue
+        text = step.content[:SPECIFICATION_CHARS]
+        lowered = None
+        if whole_lowers is not None and len(step.content) <= SPECIFICATION_CHARS:
+            lowered = whole_lowers[step.index]  # (the whole text is what is read)
+        if _states_a_specification_fault(text, lowered):
             return step.index
     return None
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -47,7 +48,15 @@ from otel_blame.attribution.causal.calls import (
     parse_json,
     tool_calls,
 )
-from otel_blame.attribution.causal.graph import RunGraph, build_graph, is_value, numbers_in, tokens_of
+from otel_blame.attribution.causal.graph import (
+    HEAD_CHARS,
+    TAIL_CHARS,
+    RunGraph,
+    build_graph,
+    is_value,
+    numbers_in,
+    tokens_of,
+)
 from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure
 from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
@@ -181,6 +190,15 @@ def _is_statement_line(line: str) -> bool:
     """A line with something in it that does not open or close a code block."""
     stripped = line.lstrip()
     return bool(stripped) and not stripped.startswith("```")
+
+
+def _lowered(graph: RunGraph, index: int, whole_lowers: Sequence[str | None] | None) -> str:
+    """A step's text as the reading reads it, lower-cased (the whole text's, when it is read whole)."""
+    if whole_lowers is not None and len(graph.steps[index].content) <= HEAD_CHARS + TAIL_CHARS:
+        lowered = whole_lowers[index]
+        if lowered is not None:
+            return lowered
+    return graph.texts[index].lower()
 
 
 def _statements(text: str) -> list[set[str]]:
@@ -580,13 +598,19 @@ def _origin_to_calls(graph: RunGraph, features: dict[str, dict[int, float]]) -> 
         origins[call] = min(1.0, origins.get(call, 0.0) + origins.pop(index))
 
 
-def read_causally(trajectory: Trajectory, graph: RunGraph | None = None) -> CausalReading:
-    """The causal features of every candidate step (see the module docstring)."""
+def read_causally(
+    trajectory: Trajectory,
+    graph: RunGraph | None = None,
+    *,
+    whole_lowers: Sequence[str | None] | None = None,
+) -> CausalReading:
+    """The causal features of every candidate step (see the module docstring). ``whole_lowers``: each
+    step's whole text lower-cased where already at hand (else None)."""
     graph = graph or build_graph(trajectory)
     steps = trajectory.steps
     features: dict[str, dict[int, float]] = {name: {} for name in CAUSAL_FEATURES}
     dependency_at = _dependencies(trajectory, graph)
-    lowers = {index: graph.texts[index].lower() for index in graph.candidates}
+    lowers = {index: _lowered(graph, index, whole_lowers) for index in graph.candidates}
     # whether a step states an answer (a recorded final output may be whatever the last step said)
     answered = any("answer" in lower and any(map(lower.__contains__, _ANSWERS)) for lower in lowers.values())
     failed_results = {
