@@ -184,9 +184,12 @@ _detector: FailureDetector | None = None
 def start_worker(
     config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None, processor_pid: int
 ) -> None:
-    """A worker process's initializer: its own attribution method (and LLM client), and a watch on
-    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
+    """A worker process's initializer: a lower CPU priority (``worker_niceness``), its own attribution
+    method (and LLM client), and a watch on the processor: a worker outlives it by a second at most,
+    even after ``kill -9``."""
     global _runner, _detector
+    if config.worker_niceness:
+        os.nice(config.worker_niceness)
     _runner = AttributionRunner(config, redactor)
     _detector = FailureDetector(detection)
     threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
