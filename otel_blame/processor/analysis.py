@@ -212,5 +212,24 @@ def run_job(job: AnalysisJob) -> Analysis:
     return analyse(job, _runner, _detector)
 
 
+def run_jobs(jobs: tuple[AnalysisJob, ...]) -> list[Analysis | Exception]:
+    """A worker process's task of several jobs (one round trip)."""
+    assert _detector is not None
+    return analyse_each(jobs, _runner, _detector)
+
+
+def analyse_each(
+    jobs: tuple[AnalysisJob, ...], runner: AttributionRunner | None, detector: FailureDetector
+) -> list[Analysis | Exception]:
+    """Each job's analysis, or what it raised (one bad trace does not fail the others)."""
+    out: list[Analysis | Exception] = []
+    for job in jobs:
+        try:
+            out.append(analyse(job, runner, detector))
+        except Exception as error:
+            out.append(error)
+    return out
+
+
 def warm_up() -> None:
     """Nothing: run once by each worker at start, so the workers exist before the first trace."""
