@@ -14,6 +14,9 @@ The enrich+export stage publishes one :class:`TraceVerdict` per analysed agent t
 - *queued* ones, called on the bus thread after that: cross-run counting, repeated-culprit alerting
   and its webhook.
 
+The keeping and queued listeners hear only the verdicts that carry a trajectory or a blame (most
+successes carry neither: their outcome is all there is, and the inline listeners count it).
+
 None needs to be thread-safe. A blame listener is a callable taking a :class:`FinishedAttribution`
 (trace id, service, the *redacted* trajectory, the attribution, the outcome, the wall-clock time,
 late or not); one that also has ``consume_batch(list[FinishedAttribution])`` gets each batch in
@@ -78,6 +81,12 @@ class TraceVerdict:
     @property
     def failed(self) -> bool:
         return self.outcome == Outcome.FAILURE
+
+    @property
+    def says_more(self) -> bool:
+        """Whether it carries more than its outcome (a trajectory or a blame): only such verdicts go
+        to the keeping and queued listeners, which read nothing else (the inline ones count all)."""
+        return self.trajectory is not None or self.attribution is not None
 
 
 class VerdictListener(Protocol):
@@ -229,7 +238,7 @@ class VerdictBus:
                 listener.on_verdicts((verdict,))
             except Exception:
                 log.exception("verdict listener %r failed", listener)
-        if self._keeping or self._queued:
+        if (self._keeping or self._queued) and (verdict.says_more or then is not None):
             self._worker.put(_Published(verdict, then))
         elif then is not None:
             then()

@@ -100,3 +100,12 @@ def test_without_queued_listeners_the_spans_go_on_at_once() -> None:
     bus.publish(_verdict(1), then=lambda: events.append("exported"))
     assert events == [f"metrics {1:032x}", "exported"]
     bus.close()
+
+
+def test_a_verdict_with_nothing_but_its_outcome_is_counted_inline_only() -> None:
+    events: list[str] = []
+    bus = VerdictBus(inline=[_Recorder("metrics", events)], queued=[_Recorder("counted", events)])
+    bus.publish(_verdict(1))  # no trajectory, no blame
+    assert bus.wait_idle(time.monotonic() + 10)
+    bus.close()
+    assert events == [f"metrics {1:032x}"]
