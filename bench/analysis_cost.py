@@ -12,7 +12,9 @@ blame, as before batching).
 
 ``--scaling`` measures the analysis workers instead: the same failed traces through the
 processor's worker function (:func:`otel_blame.processor.analysis.run_job`) on a pool of 1 and
-then 2 worker processes, wall-clock traces/s of each and their ratio. Usage::
+then 2 worker processes (at the same priority as this process: the processor lowers its workers'
+priority, which on a shared machine would measure the neighbours), wall-clock traces/s of each
+and their ratio. Usage::
 
     .venv/bin/python bench/analysis_cost.py --traces 600 --store-batch 64
     .venv/bin/python bench/analysis_cost.py --traces 3000 --scaling
@@ -137,7 +139,7 @@ def scaling(failed: list) -> None:  # noqa: ANN001 - TraceGroups
             workers,
             mp_context=context,
             initializer=analysis.start_worker,
-            initargs=(AttributionConfig(), DetectionConfig(), None, os.getpid()),
+            initargs=(AttributionConfig(worker_niceness=0), DetectionConfig(), None, os.getpid()),
         ) as pool:
             for warm in [pool.submit(analysis.warm_up) for _ in range(workers)]:
                 warm.result()
