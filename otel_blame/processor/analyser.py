@@ -8,7 +8,10 @@ It consumes each completed trace with its decision and hands on an :class:`Analy
 - failed: the pure analysis (:mod:`.analysis`: parse, trajectory, attribute) runs in a worker
   process, ``attribution.workers`` of them (default: one a core), so it is not held to one core
   by the GIL; back here the workflow's cross-run evidence is read and the blame described, and
-  the trace goes on (``ANALYSED``) to be enriched and exported.
+  the trace goes on (``ANALYSED``) to be enriched and exported. The jobs that wait while every
+  worker is busy go to the next free one together, in one round trip (a
+  :class:`~.batching.BatchingWorker` dispatches them): a worker that finished does not sit idle
+  until this process's GIL lets it hand over one more job.
 
 Forward first: when more than ``attribution.forward_first_backlog`` failed traces already wait
 for analysis, a failed trace is not held back: it goes on at once, unchanged (``DEFERRED``), and
@@ -37,6 +40,7 @@ from otel_blame.processor import analysis as pure
 from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner
+from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
@@ -91,9 +95,17 @@ class AnalysisStage:
         self._detector = FailureDetector(config.detection)
         self._redactor = redactor
         self._pool = self._start_pool(redactor)
-        # (trace, its analysis, late, only observing a success)
-        self._results: queue.SimpleQueue[tuple[BufferedTrace, Future[Analysis], bool, bool] | None] = (
-            queue.SimpleQueue()
+        # (trace, its analysis or what the analysis raised, late, only observing a success)
+        self._results: queue.SimpleQueue[
+            tuple[BufferedTrace, Analysis | BaseException, bool, bool] | None
+        ] = queue.SimpleQueue()
+        # batches handed to the pool and not finished: one a worker, plus one waiting for the next free
+        self._slots = threading.BoundedSemaphore(self.workers + 1)
+        in_process = not (
+            is_llm_method(config.attribution.method) or is_llm_method(config.attribution.fallback_method)
+        )  # an LLM method's job waits on the network: one at a time, so no worker sits on a queue
+        self._dispatcher: BatchingWorker[_Scheduled] = BatchingWorker(
+            self._dispatch, name="otel-blame-dispatch", max_batch=_MAX_JOBS_A_TRIP if in_process else 1
         )
         self._pending = 0  # jobs queued or running
         self._failed_pending = 0  # ... of which failed traces
@@ -199,14 +211,39 @@ class AnalysisStage:
         with self._lock:
             self._pending += 1
             self._failed_pending += 1
+        self._dispatcher.put(_Scheduled(trace, _job(trace, decision), late, False))
+
+    def _dispatch(self, batch: list[_Scheduled]) -> None:
+        """Hand the jobs that waited to the pool in one task, once a worker is (about to be) free."""
+        while not self._slots.acquire(timeout=0.5):
+            if self._closed.is_set():
+                break
+        else:
+            try:
+                future = self._submit_many(tuple(scheduled.job for scheduled in batch))
+            except RuntimeError:  # shutting down
+                self._slots.release()
+            else:
+                future.add_done_callback(lambda done: self._collect(batch, done))
+                return
+        for scheduled in batch:  # not analysed: as before its analysis was asked for
+            self._done(failed=not scheduled.observing)
+            if not scheduled.late and not scheduled.observing:
+                self._out.consume(Analysed(scheduled.trace, Handling.UNCHANGED))
+
+    def _collect(self, batch: list[_Scheduled], done: Future[list[Analysis | Exception]]) -> None:
+        self._slots.release()
         try:
-            future = self._submit(_job(trace, decision))
-        except RuntimeError:  # shutting down
-            self._done(failed=True)
-            if not late:
-                self._out.consume(Analysed(trace, Handling.UNCHANGED))
-            return
-        future.add_done_callback(lambda done: self._results.put((trace, done, late, False)))
+            results: list[Analysis | BaseException] = list(done.result())
+        except BaseException as error:  # the worker died, the pool was shut down
+            results = [error] * len(batch)
+        for scheduled, result in zip(batch, results, strict=True):
+            self._results.put((scheduled.trace, result, scheduled.late, scheduled.observing))
+
+    def _submit_many(self, jobs: tuple[AnalysisJob, ...]) -> Future[list[Analysis | Exception]]:
+        if self._run_here is not None:
+            return self._pool.submit(pure.analyse_each, jobs, self._run_here, self._detector)
+        return self._pool.submit(pure.run_jobs, jobs)
 
     def _observe(self, trace: BufferedTrace) -> None:
         """A success's trajectory for the cross-run statistics, built only while few traces wait (a
@@ -222,22 +259,19 @@ class AnalysisStage:
             self._counters.add("cross_run_skipped_traces")
             self._out.consume(Analysed(trace, Handling.OBSERVED))
             return
-        try:
-            future = self._submit(_job(trace, trace.decision, attribute=False))
-        except RuntimeError:  # shutting down
-            self._done(failed=False)
-            return
-        future.add_done_callback(lambda done: self._results.put((trace, done, False, True)))
+        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), False, True))
 
     # -- results ---------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
         while (item := self._results.get()) is not None:
-            trace, future, late, observing = item
+            trace, result, late, observing = item
             if self._closed.is_set():  # stopped before it finished: its rows stay in the log
                 self._done(failed=not observing)
                 continue
             try:
-                analysis = future.result()
+                if isinstance(result, BaseException):
+                    raise result
+                analysis = result
                 if observing:
                     built = analysis if analysis.status == pure.BUILT else None
                     self._out.consume(Analysed(trace, Handling.OBSERVED, built))
@@ -340,8 +374,22 @@ class AnalysisStage:
         and are analysed again on the next start; a forwarded one loses only its late blame)."""
         self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._dispatcher.close()
         self._results.put(None)
         self._finisher.join(5)
+
+
+_MAX_JOBS_A_TRIP = 16
+
+
+@dataclass(frozen=True, slots=True)
+class _Scheduled:
+    """A job waiting for a worker, and what to do with its analysis."""
+
+    trace: BufferedTrace
+    job: AnalysisJob
+    late: bool
+    observing: bool  # only a success's trajectory, for the cross-run statistics
 
 
 def _job(trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = True) -> AnalysisJob:

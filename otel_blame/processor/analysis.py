@@ -184,9 +184,12 @@ _detector: FailureDetector | None = None
 def start_worker(
     config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None, processor_pid: int
 ) -> None:
-    """A worker process's initializer: its own attribution method (and LLM client), and a watch on
-    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
+    """A worker process's initializer: a lower CPU priority (``worker_niceness``), its own attribution
+    method (and LLM client), and a watch on the processor: a worker outlives it by a second at most,
+    even after ``kill -9``."""
     global _runner, _detector
+    if config.worker_niceness:
+        os.nice(config.worker_niceness)
     _runner = AttributionRunner(config, redactor)
     _detector = FailureDetector(detection)
     threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
@@ -207,6 +210,25 @@ def run_job(job: AnalysisJob) -> Analysis:
     """A worker process's task."""
     assert _detector is not None
     return analyse(job, _runner, _detector)
+
+
+def run_jobs(jobs: tuple[AnalysisJob, ...]) -> list[Analysis | Exception]:
+    """A worker process's task of several jobs (one round trip)."""
+    assert _detector is not None
+    return analyse_each(jobs, _runner, _detector)
+
+
+def analyse_each(
+    jobs: tuple[AnalysisJob, ...], runner: AttributionRunner | None, detector: FailureDetector
+) -> list[Analysis | Exception]:
+    """Each job's analysis, or what it raised (one bad trace does not fail the others)."""
+    out: list[Analysis | Exception] = []
+    for job in jobs:
+        try:
+            out.append(analyse(job, runner, detector))
+        except Exception as error:
+            out.append(error)
+    return out
 
 
 def warm_up() -> None:

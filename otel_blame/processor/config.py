@@ -166,6 +166,13 @@ class AttributionConfig(_Section):
         ge=1,
         description="analysis worker processes (parse, trajectory, attribution); null = one a core",
     )
+    worker_niceness: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="added to the analysis workers' nice value, so receiving, logging and exporting get "
+        "the CPU first when both want it (the blame waits, the spans do not); 0 = same priority",
+    )
     forward_first_backlog: int = Field(
         default=64,
         ge=0,

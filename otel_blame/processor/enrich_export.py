@@ -14,9 +14,8 @@ one request, instead of one durable write each.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
+from collections.abc import Callable
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -24,6 +23,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.analyser import Analysed, Handling
 from otel_blame.processor.assembler import BufferedTrace
+from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import EnrichmentConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
@@ -99,14 +99,17 @@ class EnrichExportStage:
         request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
         evaluation = self._enricher.enrich(request.resource_spans, analysis.trajectory, attribution)
         enriched = request.SerializeToString()
-        self._publish(item, Outcome.FAILURE)
-        self._exporter.consume(ExportItem(TRACES, enriched, trace.span_refs, trace.spans))
-        if trace.log_payloads:
-            logs = b"".join(trace.log_payloads)
-            self._exporter.consume(ExportItem(LOGS, logs, trace.log_refs, trace.log_records))
         self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
-        if evaluation is not None:
-            self._send_evaluation_log(evaluation, analysis.resource, trace.trace_id.hex())
+
+        def export() -> None:  # once the blame is kept
+            self._exporter.consume(ExportItem(TRACES, enriched, trace.span_refs, trace.spans))
+            if trace.log_payloads:
+                logs = b"".join(trace.log_payloads)
+                self._exporter.consume(ExportItem(LOGS, logs, trace.log_refs, trace.log_records))
+            if evaluation is not None:
+                self._send_evaluation_log(evaluation, analysis.resource, trace.trace_id.hex())
+
+        self._publish(item, Outcome.FAILURE, then=export)
 
     def blame_late(self, item: Analysed, *, remember: bool) -> str:
         """One ``blame {agent}`` span for a trace that went out already; returns its span id.
@@ -119,21 +122,29 @@ class EnrichExportStage:
         assert analysis is not None and analysis.trajectory is not None and attribution is not None
         resource = Resource.FromString(analysis.resource) if analysis.resource else None
         payload, evaluation = self._enricher.late_blame_span(analysis.trajectory, attribution, resource)
+        trace_hex = item.trace.trace_id.hex()
         if remember:
-            self._publish(item, Outcome.FAILURE)
-            self._late_spans.put(payload)
             kept = self._retained.get(item.trace.trace_id, time.monotonic())
             if kept is not None:
                 with kept.lock:
                     kept.attribution = kept.attribution or attribution
+
+            def export() -> None:  # once the blame is kept
+                self._late_spans.put(payload)
+                self._send_evaluation_log(evaluation, analysis.resource, trace_hex)
+
         else:
             row = self._wal.append(KIND_DIRECT_TRACES, payload, parts=1)
-            self._publish(item, Outcome.FAILURE)
-            self._exporter.consume(ExportItem(TRACES, payload, [row], 1))
-        self._send_evaluation_log(evaluation, analysis.resource, item.trace.trace_id.hex())
+
+            def export() -> None:  # once the blame is kept
+                self._exporter.consume(ExportItem(TRACES, payload, [row], 1))
+                self._send_evaluation_log(evaluation, analysis.resource, trace_hex)
+
+        self._publish(item, Outcome.FAILURE, then=export)
         return evaluation.span_id.hex()
 
-    def _publish(self, item: Analysed, outcome: Outcome) -> None:
+    def _publish(self, item: Analysed, outcome: Outcome, then: Callable[[], None] | None = None) -> None:
+        """The trace's verdict to the listeners; ``then`` (its blamed spans leave) once the blame is kept."""
         analysis = item.analysis
         self._bus.publish(
             TraceVerdict(
@@ -145,7 +156,8 @@ class EnrichExportStage:
                 attribution=item.attribution,
                 late=item.late,
                 finished_at_unix=time.time(),
-            )
+            ),
+            then,
         )
 
     def _forward(self, trace: BufferedTrace) -> None:
@@ -180,51 +192,25 @@ class LateSpanWriter:
         self._wal = wal
         self._exporter = exporter
         self._counters = counters
-        self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._waiting = 0
-        self._idle = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="otel-blame-late-spans", daemon=True)
-        self._thread.start()
+        self._worker: BatchingWorker[bytes] = BatchingWorker(
+            self._write, name="otel-blame-late-spans", max_batch=max_batch
+        )
 
     def put(self, payload: bytes) -> None:
-        with self._idle:
-            self._waiting += 1
-        self._queue.put(payload)
+        self._worker.put(payload)
 
     def wait_idle(self, deadline: float) -> bool:
-        with self._idle:
-            while self._waiting and time.monotonic() < deadline:
-                self._idle.wait(0.05)
-            return not self._waiting
+        return self._worker.wait_idle(deadline)
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(5)
+        self._worker.close()
 
-    def _run(self) -> None:
-        while (first := self._queue.get()) is not None:
-            batch = [first]
-            stop = False
-            while len(batch) < self._max_batch:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
-            body = b"".join(batch)
-            try:
-                row = self._wal.append(KIND_DIRECT_TRACES, body, parts=1)
-            except (WALFull, WALStorageError, WALClosed) as error:
-                self._counters.add("late_blames_dropped", len(batch))
-                log.warning("%d late blame span(s) not sent: %s", len(batch), error)
-            else:
-                self._exporter.consume(ExportItem(TRACES, body, [row], len(batch)))
-            with self._idle:
-                self._waiting -= len(batch)
-                self._idle.notify_all()
-            if stop:
-                return
+    def _write(self, batch: list[bytes]) -> None:
+        body = b"".join(batch)
+        try:
+            row = self._wal.append(KIND_DIRECT_TRACES, body, parts=1)
+        except (WALFull, WALStorageError, WALClosed) as error:
+            self._counters.add("late_blames_dropped", len(batch))
+            log.warning("%d late blame span(s) not sent: %s", len(batch), error)
+            return
+        self._exporter.consume(ExportItem(TRACES, body, [row], len(batch)))

@@ -1,32 +1,36 @@
 """Listeners on verdicts: what happens because a trace was (or was not) blamed, outside the analysis.
 
 The enrich+export stage publishes one :class:`TraceVerdict` per analysed agent trace on the
-:class:`VerdictBus`. Two kinds of listener hear it:
+:class:`VerdictBus`. Three kinds of listener hear it:
 
 - *inline* ones, called on the publishing thread before the trace is exported, cheap and
   in memory: the culprit metrics and the processor's own counters (so ``/metrics`` already counts
   a blame when its spans arrive downstream);
-- *queued* ones, called on the bus's own thread, in order, one batch at a time (none needs to be
-  thread-safe, and none holds up analysis or export): cross-run counting, repeated-culprit
-  alerting and its webhook, and every blame listener added with :meth:`VerdictBus.add_listener`
-  (a blame store plugs in here).
+- *keeping* ones, called on the bus's own thread (a :class:`~.batching.BatchingWorker`), one batch
+  at a time, before the batch's blamed traces are exported: the blame listeners (a blame store
+  plugs in here, with :meth:`BlameProcessor.add_listener` or an extension). A blame is thus on
+  disk before its spans leave and their write-ahead log rows are deleted, so a crash at any moment
+  loses no blame that reached downstream;
+- *queued* ones, called on the bus thread after that: cross-run counting, repeated-culprit alerting
+  and its webhook.
 
-A blame listener is a callable taking a :class:`FinishedAttribution` (trace id, service, the
-*redacted* trajectory, the attribution, the outcome, the wall-clock time, late or not); one that
-also has ``consume_batch(list[FinishedAttribution])`` gets each batch in one call instead (a store
-then writes a batch in one transaction). A listener that raises is logged and changes nothing
-about the trace. The queue is bounded: when listeners fall behind, publishing waits, which holds
-back the analysis results (never the ingest: a failed trace waiting for analysis is forwarded
-first and blamed later, see :mod:`.analyser`).
+The keeping and queued listeners hear only the verdicts that carry a trajectory or a blame (most
+successes carry neither: their outcome is all there is, and the inline listeners count it).
+
+None needs to be thread-safe. A blame listener is a callable taking a :class:`FinishedAttribution`
+(trace id, service, the *redacted* trajectory, the attribution, the outcome, the wall-clock time,
+late or not); one that also has ``consume_batch(list[FinishedAttribution])`` gets each batch in
+one call instead (the blame store writes a batch in one transaction), and returns once the batch
+is kept. A listener that raises is logged and changes nothing about the trace (its spans still go
+on). The queue is bounded: when listeners fall behind, publishing waits, which holds back the
+analysis results (never the ingest: a failed trace waiting for analysis is forwarded first and
+blamed later, see :mod:`.analyser`).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,6 +39,7 @@ from otel_blame.alerting.metrics import CulpritMetrics
 from otel_blame.alerting.repeated import RepeatedCulpritDetector, RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import CrossRunConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
@@ -76,6 +81,12 @@ class TraceVerdict:
     @property
     def failed(self) -> bool:
         return self.outcome == Outcome.FAILURE
+
+    @property
+    def says_more(self) -> bool:
+        """Whether it carries more than its outcome (a trajectory or a blame): only such verdicts go
+        to the keeping and queued listeners, which read nothing else (the inline ones count all)."""
+        return self.trajectory is not None or self.attribution is not None
 
 
 class VerdictListener(Protocol):
@@ -192,70 +203,67 @@ class BlameListeners:
                 log.exception("attribution listener %r failed", listener)
 
 
+@dataclass(frozen=True, slots=True)
+class _Published:
+    verdict: TraceVerdict
+    then: Callable[[], None] | None  # what waits for the verdict's blame to be kept
+
+
 class VerdictBus:
-    """Publishes verdicts: inline listeners at once, queued ones on the bus thread in batches."""
+    """Publishes verdicts: inline listeners at once; on the bus thread, a batch at a time, the
+    ``keeping`` listeners (where a blame is kept: the blame listeners), then each verdict's ``then``
+    (its trace's spans go on), then the other ``queued`` listeners."""
 
     def __init__(
         self,
         *,
         inline: Sequence[VerdictListener] = (),
+        keeping: Sequence[VerdictListener] = (),
         queued: Sequence[VerdictListener] = (),
         capacity: int = 10_000,
         max_batch: int = 256,
     ) -> None:
         self._inline = list(inline)
+        self._keeping = list(keeping)
         self._queued = list(queued)
-        self._queue: queue.Queue[TraceVerdict | None] = queue.Queue(capacity)
-        self._max_batch = max_batch
-        self._busy = 0
-        self._idle = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="otel-blame-listeners", daemon=True)
-        self._thread.start()
+        self._worker: BatchingWorker[_Published] = BatchingWorker(
+            self._handle, name="otel-blame-listeners", max_batch=max_batch, capacity=capacity
+        )
 
-    def publish(self, verdict: TraceVerdict) -> None:
+    def publish(self, verdict: TraceVerdict, then: Callable[[], None] | None = None) -> None:
+        """Tell the listeners; ``then`` runs once the keeping listeners have the verdict (a blame is on
+        disk before its trace's spans leave, so a crash after they left cannot lose it)."""
         for listener in self._inline:
             try:
                 listener.on_verdicts((verdict,))
             except Exception:
                 log.exception("verdict listener %r failed", listener)
-        if self._queued:
-            with self._idle:
-                self._busy += 1
-            self._queue.put(verdict)
+        if (self._keeping or self._queued) and (verdict.says_more or then is not None):
+            self._worker.put(_Published(verdict, then))
+        elif then is not None:
+            then()
 
     def wait_idle(self, deadline: float) -> bool:
-        with self._idle:
-            while self._busy and time.monotonic() < deadline:
-                self._idle.wait(0.05)
-            return not self._busy
+        return self._worker.wait_idle(deadline)
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(5)
+        self._worker.close()
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < self._max_batch:
+    def _handle(self, batch: list[_Published]) -> None:
+        verdicts = [published.verdict for published in batch]
+        self._tell(self._keeping, verdicts)
+        for published in batch:
+            if published.then is not None:
                 try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
-            for listener in self._queued:
-                try:
-                    listener.on_verdicts(batch)
+                    published.then()
                 except Exception:
-                    log.exception("verdict listener %r failed", listener)
-            with self._idle:
-                self._busy -= len(batch)
-                self._idle.notify_all()
-            if stop:
-                return
+                    log.exception("after the verdict of trace %s", published.verdict.trace_id)
+        self._tell(self._queued, verdicts)
+
+    @staticmethod
+    def _tell(listeners: list[VerdictListener], verdicts: list[TraceVerdict]) -> None:
+        for listener in listeners:
+            try:
+                listener.on_verdicts(verdicts)
+            except Exception:
+                log.exception("verdict listener %r failed", listener)

@@ -199,8 +199,11 @@ class BlameProcessor:
                 raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
             queued.append(CrossRunCounter(self._cross_run, config.cross_run, self.counters))
         queued.append(AlertingListener(config.alerting.repeated_culprit, self.counters, self._notifier))
-        queued.append(self._blame_listeners)
-        bus = self._bus = VerdictBus(inline=[MetricsListener(self.metrics, self.counters)], queued=queued)
+        bus = self._bus = VerdictBus(
+            inline=[MetricsListener(self.metrics, self.counters)],
+            keeping=[self._blame_listeners],
+            queued=queued,
+        )
         export = self._export = EnrichExportStage(
             config.enrichment,
             wal=wal,
@@ -263,12 +266,12 @@ class BlameProcessor:
             self._stage.stop()
         if self._analysis is not None:
             self._analysis.close()
+        if self._bus is not None:  # before the export: a verdict's blamed spans leave from the bus
+            self._bus.close()
         if self._export is not None:
             self._export.close()
         if self._exporter is not None:
             self._exporter.close()
-        if self._bus is not None:
-            self._bus.close()
         if self._notifier is not None:
             self._notifier.close(timeout=2)
         if self._wal is not None:

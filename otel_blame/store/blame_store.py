@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     Connection,
@@ -52,6 +54,7 @@ from otel_blame.store.schema import culprit_counts, failures, metadata
 log = logging.getLogger(__name__)
 
 MAX_PAGE = 500
+_IN_CHUNK = 500  # trace ids per ``IN (...)`` (SQLite's bound on parameters is 999 in old builds)
 _SUMMARY_COLUMNS = (
     failures.c.trace_id,
     failures.c.service,
@@ -78,6 +81,29 @@ class CountAs:
     max_agents: int = 500
 
 
+def _row(run: StoredRun) -> dict[str, Any]:
+    """The table row of one failure: the columns queried, and the whole record as JSON."""
+    record = run.model_dump_json()
+    return {
+        "trace_id": run.trace_id.lower(),
+        "service": run.service[:256],
+        "task": run.task[:512],
+        "outcome": run.outcome,
+        "agent": run.agent[:256],
+        "step": run.step,
+        "confidence": run.confidence,
+        "reason": run.reason,
+        "method": run.method[:256],
+        "method_base": base_method(run.method)[:128],
+        "model": run.model,
+        "attributed_at_ms": int(run.attributed_at * 1000),
+        "steps": run.steps,
+        "size_bytes": len(record.encode("utf-8")),
+        "record": record,
+        "source": run.source[:512],
+    }
+
+
 def _engine_url(url: str) -> str:
     """``postgresql://`` and ``postgres://`` mean the psycopg 3 driver."""
     for prefix in ("postgresql://", "postgres://"):
@@ -94,7 +120,9 @@ def _sqlite_engine(path: Path) -> Engine:
     def _pragmas(connection, _record) -> None:  # noqa: ANN001
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        # FULL: a blame is kept before its trace's spans leave (and their log rows are deleted), so
+        # it must survive what the log survives; one fsync per batch of blames
+        cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA busy_timeout=5000")
         cursor.close()
 
@@ -156,66 +184,95 @@ class BlameStore:
     # --- writing -----------------------------------------------------------------------------------
 
     def add(self, run: StoredRun, *, count_as: CountAs | None = None, skip_if_kept: bool = False) -> None:
-        """Keep one attributed failure; a later verdict for the same trace replaces the earlier one.
+        """Keep one attributed failure: :meth:`add_many` with one run."""
+        self.add_many([run], count_as=count_as, skip_if_kept=skip_if_kept)
 
-        With ``count_as`` the blame is also counted on that replica's culprit counters, in the same
-        transaction (so a blame is never kept without being counted, or counted without being kept).
-        With ``skip_if_kept`` the same blame written again (same trace, time, agent and method: an
-        outbox entry the store took just before a crash) changes nothing and is not counted again."""
+    def add_many(
+        self, runs: Sequence[StoredRun], *, count_as: CountAs | None = None, skip_if_kept: bool = False
+    ) -> int:
+        """Keep attributed failures, in order, in one transaction; returns how many were written.
+
+        A later verdict for the same trace replaces the earlier one (also within ``runs``: the last
+        of a trace is the row kept). With ``count_as`` every blame written is also counted on that
+        replica's culprit counters, in the same transaction (so a blame is never kept without being
+        counted, or counted without being kept). With ``skip_if_kept`` the runs are entries an
+        earlier call may have committed already (an outbox moved just before a crash): a run whose
+        trace's stored blame is that run (same time, agent and method), and every run of that trace
+        before it, was written then, and is neither written nor counted again."""
+        if not runs:
+            return 0
         self._ensure_schema()
-        record = run.model_dump_json()
-        row = {
-            "trace_id": run.trace_id.lower(),
-            "service": run.service[:256],
-            "task": run.task[:512],
-            "outcome": run.outcome,
-            "agent": run.agent[:256],
-            "step": run.step,
-            "confidence": run.confidence,
-            "reason": run.reason,
-            "method": run.method[:256],
-            "method_base": base_method(run.method)[:128],
-            "model": run.model,
-            "attributed_at_ms": int(run.attributed_at * 1000),
-            "steps": run.steps,
-            "size_bytes": len(record.encode("utf-8")),
-            "record": record,
-            "source": run.source[:512],
-        }
+        rows = [_row(run) for run in runs]
         for attempt in range(3):
             try:
                 with self.engine.begin() as connection:
-                    if skip_if_kept and self._kept(connection, row):
-                        return
-                    connection.execute(delete(failures).where(failures.c.trace_id == run.trace_id.lower()))
-                    connection.execute(insert(failures).values(**row))
-                    if count_as is not None:
-                        self._count_blame(
-                            connection, count_as, culprit_labels(run.service, run.agent, run.method)
-                        )
+                    todo = self._not_kept(connection, rows) if skip_if_kept else range(len(rows))
+                    if todo:
+                        self._write_rows(connection, [rows[i] for i in todo])
+                        if count_as is not None:
+                            blames = Counter(
+                                culprit_labels(runs[i].service, runs[i].agent, runs[i].method) for i in todo
+                            )
+                            self._count_blames(connection, count_as, blames)
                 break
             except IntegrityError:  # the same trace or counter row written concurrently: try again
                 if attempt == 2:
                     raise
         with self._lock:
-            self._writes += 1
-            due = self._writes % self.config.prune_every == 0
+            before = self._writes
+            self._writes += len(todo)
+            due = self._writes // self.config.prune_every > before // self.config.prune_every
         if due:
             self.prune()
+        return len(todo)
 
     @staticmethod
-    def _kept(connection: Connection, row: dict) -> bool:
-        """Whether exactly this blame (trace, time, agent, method) is stored already."""
-        kept = connection.execute(
-            select(failures.c.attributed_at_ms, failures.c.agent, failures.c.method).where(
-                failures.c.trace_id == row["trace_id"]
+    def _write_rows(connection: Connection, rows: list[dict[str, Any]]) -> None:
+        """Replace the stored failure of each trace by the last of its rows (one delete, one insert);
+        the rows get ids in the order of each trace's last row, as one write at a time gave them."""
+        latest: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            latest.pop(row["trace_id"], None)
+            latest[row["trace_id"]] = row
+        trace_ids = list(latest)
+        for start in range(0, len(trace_ids), _IN_CHUNK):
+            connection.execute(
+                delete(failures).where(failures.c.trace_id.in_(trace_ids[start : start + _IN_CHUNK]))
             )
-        ).first()
-        return kept is not None and tuple(kept) == (row["attributed_at_ms"], row["agent"], row["method"])
+        connection.execute(insert(failures), list(latest.values()))
 
     @staticmethod
-    def _count_blame(connection: Connection, count_as: CountAs, labels: CulpritLabels) -> None:
-        """Increment the replica's counter row for this blame, creating it on the first blame."""
+    def _not_kept(connection: Connection, rows: list[dict[str, Any]]) -> list[int]:
+        """The positions of the rows an earlier transaction did not write: for each trace whose stored
+        blame is one of its rows here (same time, agent, method), the rows after the last such one."""
+        trace_ids = list({row["trace_id"] for row in rows})
+        kept: dict[str, tuple[int, str, str]] = {}
+        for start in range(0, len(trace_ids), _IN_CHUNK):
+            for trace_id, at_ms, agent, method in connection.execute(
+                select(
+                    failures.c.trace_id, failures.c.attributed_at_ms, failures.c.agent, failures.c.method
+                ).where(failures.c.trace_id.in_(trace_ids[start : start + _IN_CHUNK]))
+            ):
+                kept[trace_id] = (int(at_ms), agent, method)
+        written_up_to: dict[str, int] = {}
+        for position, row in enumerate(rows):
+            if kept.get(row["trace_id"]) == (row["attributed_at_ms"], row["agent"], row["method"]):
+                written_up_to[row["trace_id"]] = position
+        return [
+            position for position, row in enumerate(rows) if position > written_up_to.get(row["trace_id"], -1)
+        ]
+
+    @staticmethod
+    def _count_blames(connection: Connection, count_as: CountAs, blames: Counter[CulpritLabels]) -> None:
+        """Add each label set's blames to the replica's counter rows, creating a row on its first blame."""
+        for labels, count in blames.items():
+            BlameStore._count_blame(connection, count_as, labels, count)
+
+    @staticmethod
+    def _count_blame(
+        connection: Connection, count_as: CountAs, labels: CulpritLabels, count: int = 1
+    ) -> None:
+        """Add ``count`` blames to the replica's counter row for these labels, creating it on the first."""
         mine = culprit_counts.c.replica == count_as.replica[:256]
         service, agent, fallback = labels.service, labels.agent, labels.fallback
         known = connection.execute(
@@ -243,8 +300,8 @@ class BlameStore:
             update(culprit_counts)
             .where(*key)
             .values(
-                blames=culprit_counts.c.blames + 1,
-                fallbacks=culprit_counts.c.fallbacks + int(fallback),
+                blames=culprit_counts.c.blames + count,
+                fallbacks=culprit_counts.c.fallbacks + int(fallback) * count,
                 updated_at_ms=now_ms,
             )
         ).rowcount
@@ -255,8 +312,8 @@ class BlameStore:
                     service=service,
                     agent=agent,
                     method=labels.method,
-                    blames=1,
-                    fallbacks=int(fallback),
+                    blames=count,
+                    fallbacks=int(fallback) * count,
                     updated_at_ms=now_ms,
                 )
             )

@@ -20,6 +20,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from otel_blame.alerting.metrics import BlameSeries, MemoryBlameCounters, culprit_labels, merge_series
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     record TEXT NOT NULL
 )
 """
+_INSERT = "INSERT INTO outbox (service, agent, method, fallback, record) VALUES (?, ?, ?, ?, ?)"
 
 
 class BlameOutbox:
@@ -59,33 +61,55 @@ class BlameOutbox:
 
     def put(self, run: StoredRun) -> bool:
         """Keep one blame durably; False when the outbox is at ``max_bytes`` (or cannot write)."""
-        record = run.model_dump_json()
-        labels = culprit_labels(run.service, run.agent, run.method)
+        return self.put_many([run])
+
+    def put_many(self, runs: Sequence[StoredRun]) -> bool:
+        """Keep blames durably, in order, in one transaction (one fsync); False, and none kept, when
+        they do not fit under ``max_bytes`` (or cannot be written)."""
+        rows = []
+        for run in runs:
+            labels = culprit_labels(run.service, run.agent, run.method)
+            rows.append(
+                (labels.service, labels.agent, labels.method, int(labels.fallback), run.model_dump_json())
+            )
+        size = sum(len(row[-1]) for row in rows)
         with self._lock:
-            if self._bytes + len(record) > self.max_bytes:
+            if self._bytes + size > self.max_bytes:
                 return False
             try:
-                self._db.execute(
-                    "INSERT INTO outbox (service, agent, method, fallback, record) VALUES (?, ?, ?, ?, ?)",
-                    (labels.service, labels.agent, labels.method, int(labels.fallback), record),
-                )
+                with self._db:  # one transaction
+                    self._db.execute("BEGIN")
+                    self._db.executemany(_INSERT, rows)
             except sqlite3.Error as error:
-                log.error("blame outbox: cannot keep the blame of trace %s: %s", run.trace_id, error)
+                traces = ", ".join(run.trace_id for run in runs[:3])
+                log.error(
+                    "blame outbox: cannot keep %d blame(s) (trace %s, ...): %s", len(rows), traces, error
+                )
                 return False
-            self._bytes += len(record)
+            self._bytes += size
         return True
 
-    def oldest(self, limit: int = 100) -> list[tuple[int, StoredRun]]:
+    def oldest(self, limit: int = 256) -> list[tuple[int, StoredRun]]:
         with self._lock:
             rows = self._db.execute("SELECT id, record FROM outbox ORDER BY id LIMIT ?", (limit,)).fetchall()
         return [(int(row_id), StoredRun.model_validate_json(record)) for row_id, record in rows]
 
     def remove(self, row_id: int) -> None:
+        self.remove_many([row_id])
+
+    def remove_many(self, row_ids: Sequence[int]) -> None:
+        """Delete these entries (written to the store), in one transaction."""
+        if not row_ids:
+            return
         with self._lock:
-            size = self._db.execute("SELECT LENGTH(record) FROM outbox WHERE id = ?", (row_id,)).fetchone()
-            self._db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
-            if size is not None:
-                self._bytes -= int(size[0])
+            marks = ",".join("?" * len(row_ids))
+            with self._db:
+                self._db.execute("BEGIN")
+                size = self._db.execute(
+                    f"SELECT COALESCE(SUM(LENGTH(record)), 0) FROM outbox WHERE id IN ({marks})", row_ids
+                ).fetchone()[0]
+                self._db.execute(f"DELETE FROM outbox WHERE id IN ({marks})", row_ids)
+            self._bytes -= int(size)
 
     def __len__(self) -> int:
         with self._lock:
@@ -135,25 +159,47 @@ class DurableBlameWriter:
 
     def write(self, run: StoredRun) -> bool:
         """Keep one blame; True when it reached the store, False when it waits in the outbox."""
+        return self.write_many([run])
+
+    def write_many(self, runs: Sequence[StoredRun]) -> bool:
+        """Keep blames, in order: in the store in one transaction, or (when the store cannot take them,
+        or blames wait already) in the outbox in one transaction. Returns once they are on disk in
+        one of the two: True when in the store, False when they wait in the outbox (or neither
+        could keep them: then they are counted in ``unkept``)."""
+        if not runs:
+            return True
         with self._lock:
             if not self._waiting:
                 try:
-                    self.store.add(run, count_as=self.count_as)
+                    self.store.add_many(runs, count_as=self.count_as)
                     return True
-                except Exception as error:  # the store is down, its disk full: the outbox keeps it
+                except Exception as error:  # the store is down, its disk full: the outbox keeps them
                     self._warn(
-                        f"cannot keep the blame of trace {run.trace_id} ({type(error).__name__}: {error})"
+                        f"cannot keep the blames of {len(runs)} trace(s), {runs[0].trace_id} first "
+                        f"({type(error).__name__}: {error})"
                     )
-            if self.outbox.put(run):
+            if self.outbox.put_many(runs):
                 self._waiting = True
                 self._wake.set()
                 return False
-            self.unkept.add(culprit_labels(run.service, run.agent, run.method))
-        log.error("blame outbox full or unwritable: the blame of trace %s is not kept", run.trace_id)
+            unkept = []
+            for run in runs:  # as many as still fit, one at a time
+                if self.outbox.put(run):
+                    self._waiting = True
+                    self._wake.set()
+                else:
+                    self.unkept.add(culprit_labels(run.service, run.agent, run.method))
+                    unkept.append(run.trace_id)
+        log.error(
+            "blame outbox full or unwritable: the blames of %d trace(s), %s first, are not kept",
+            len(unkept),
+            unkept[0],
+        )
         return False
 
     def flush(self) -> bool:
-        """Move what the outbox holds into the store, oldest first; True when it is empty."""
+        """Move what the outbox holds into the store, oldest first, a batch per transaction; True when
+        it is empty."""
         with self._flushing:
             moved = 0
             try:
@@ -165,15 +211,16 @@ class DurableBlameWriter:
                                 self._waiting = False
                                 return True
                         continue
-                    for row_id, run in batch:
-                        with self._lock:
-                            try:  # once: it may have reached the store before a crash or a lost answer
-                                self.store.add(run, count_as=self.count_as, skip_if_kept=True)
-                            except Exception as error:
-                                self._warn(f"blames wait in the outbox ({type(error).__name__}: {error})")
-                                return False
-                            self.outbox.remove(row_id)
-                        moved += 1
+                    with self._lock:
+                        try:  # once: a batch may have reached the store before a crash or a lost answer
+                            self.store.add_many(
+                                [run for _, run in batch], count_as=self.count_as, skip_if_kept=True
+                            )
+                        except Exception as error:
+                            self._warn(f"blames wait in the outbox ({type(error).__name__}: {error})")
+                            return False
+                        self.outbox.remove_many([row_id for row_id, _ in batch])
+                    moved += len(batch)
             finally:
                 if moved:
                     log.info("blame outbox: %d blames written to the store", moved)

@@ -14,7 +14,7 @@ and a verdict for an already attributed trace is answered from the stored record
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,8 +44,10 @@ class FinishedAttributionLike(Protocol):
 
 
 class StoreWriter:
-    """An attribution listener: keeps each finished attribution in the blame store and counts it on
-    the replica's culprit counters, in one transaction.
+    """An attribution listener: keeps each batch of finished attributions in the blame store and
+    counts them on the replica's culprit counters, in one transaction (:meth:`consume_batch`, which
+    the processor's listener thread calls with the blames that queued up; it returns once they are
+    on disk, before their traces' spans are exported).
 
     A blame the store cannot keep (the shared database is down, the disk is full) waits durably in
     the outbox next to the write-ahead log and is written when the store answers again, also after
@@ -56,15 +58,21 @@ class StoreWriter:
         self.durable = durable
 
     def __call__(self, finished: FinishedAttributionLike) -> None:
-        run = build_run(
-            finished.trajectory,
-            finished.attribution,
-            trace_id=finished.trace_id,
-            service=finished.service,
-            attributed_at=finished.finished_at_unix,
-            redacted=True,  # by the processor's own redactor, before the listeners were called
-        )
-        self.durable.write(run)
+        self.consume_batch([finished])
+
+    def consume_batch(self, batch: Sequence[FinishedAttributionLike]) -> None:
+        runs = [
+            build_run(
+                finished.trajectory,
+                finished.attribution,
+                trace_id=finished.trace_id,
+                service=finished.service,
+                attributed_at=finished.finished_at_unix,
+                redacted=True,  # by the processor's own redactor, before the listeners were called
+            )
+            for finished in batch
+        ]
+        self.durable.write_many(runs)
 
 
 class ProcessorUI:

@@ -43,7 +43,7 @@ def test_a_blame_waits_and_counts_once_while_the_store_is_down(
     first, second = attributed_runs(2, start=now - 10, spacing=1)
     assert writer.write(first) is True
     with monkeypatch.context() as outage:
-        outage.setattr(writer.store, "add", _refuse)  # writes fail, reads still answer
+        outage.setattr(writer.store, "add_many", _refuse)  # writes fail, reads still answer
         assert writer.write(second) is False
         assert len(writer.outbox) == 1
         assert _counted(writer) == 2  # 1 stored + 1 waiting
@@ -71,7 +71,7 @@ def test_a_later_verdict_is_written_after_the_blames_that_wait(
     (earlier,) = attributed_runs(1, start=now - 5, spacing=1)
     later = earlier.model_copy(update={"attributed_at": now, "agent": "someone else"})
     with monkeypatch.context() as outage:
-        outage.setattr(writer.store, "add", _refuse)
+        outage.setattr(writer.store, "add_many", _refuse)
         writer.write(earlier)
     writer.write(later)  # behind `earlier` while that waits (or straight in once it was moved)
     assert writer.flush() is True

@@ -127,3 +127,16 @@ def test_one_replicas_workers_count_concurrently_without_losing_a_blame(
     assert [(s.agent, s.blames) for s in store.blame_counters("r")] == [(run.agent, 40)]
     assert store.count() == 40
     store.close()
+
+
+def test_a_batch_of_blames_is_one_transaction_on_postgres(clean_postgres: str, now: float) -> None:
+    """``add_many`` on PostgreSQL (psycopg's executemany): every row and count, once, also when the
+    same batch is written again after a crash."""
+    store = open_store(StoreConfig(url=clean_postgres))
+    runs = attributed_runs(6, start=now - 60, spacing=1)
+    later = runs[0].model_copy(update={"attributed_at": now, "agent": "someone_else"})
+    assert store.add_many([*runs, later], count_as=CountAs("r")) == 7
+    assert store.add_many([*runs, later], count_as=CountAs("r"), skip_if_kept=True) == 0
+    assert store.count() == 6 and store.run(runs[0].trace_id) == later
+    assert sum(series.blames for series in store.blame_counters("r")) == 7
+    store.close()

@@ -52,7 +52,7 @@ def test_a_store_outage_neither_loses_nor_rewinds_a_blame(
 
         # the database is gone: the blame waits in the outbox, and it is counted
         with monkeypatch.context() as outage:
-            outage.setattr(attached.store, "add", refuse)
+            outage.setattr(attached.store, "add_many", refuse)
             outage.setattr(attached.store, "blame_counters", refuse)
             attached.writer(_finished(1))
             assert _blames(metrics) == 2  # the last stored count (1) plus the one it could not keep
