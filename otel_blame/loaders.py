@@ -66,12 +66,12 @@ def normalise_agent(label: str) -> str:
     return stripped or label
 
 
-def _tool_call_text(name: Any, arguments: Any) -> str:
-    """A tool call as the conventions layer writes it (``tool_call NAME(ARGS)``), so a call read from a
-    file and one read from spans look the same to attribution."""
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False, default=str) if arguments is not None else ""
-    return f"tool_call {name or ''}({arguments})"
+def _call_text(name: Any, arguments: Any) -> str:
+    """A call as the conventions layer writes it into a step (one rendering for spans and files). The
+    conventions package is imported on the first call only: a file without calls does not load it."""
+    from otel_blame.conventions.text import tool_call_text
+
+    return tool_call_text(str(name or ""), arguments)
 
 
 def _part_text(part: Any) -> str:
@@ -80,7 +80,7 @@ def _part_text(part: Any) -> str:
         return str(part)
     kind = part.get("type")
     if kind == "tool_use":
-        return _tool_call_text(part.get("name"), part.get("input"))
+        return _call_text(part.get("name"), part.get("input"))
     if kind == "tool_result":
         return _content_text(part.get("content"))
     for key in ("text", "content", "output"):
@@ -108,10 +108,10 @@ def _message_text(message: Mapping[str, Any]) -> str:
         for call in calls:
             if isinstance(call, Mapping):
                 function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-                texts.append(_tool_call_text(function.get("name"), function.get("arguments")))
+                texts.append(_call_text(function.get("name"), function.get("arguments")))
     function_call = message.get("function_call")
     if isinstance(function_call, Mapping):
-        texts.append(_tool_call_text(function_call.get("name"), function_call.get("arguments")))
+        texts.append(_call_text(function_call.get("name"), function_call.get("arguments")))
     return "\n".join(text for text in texts if text)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from otel_blame import semconv as sc
 
 from .model import Convention, Kind, Rank, SpanView, Vote
-from .text import maybe_json, messages_text, text
+from .text import maybe_json, messages_text, text, tool_call_text
 
 _KINDS: dict[str, Vote] = {
     sc.OPENINFERENCE_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
@@ -101,8 +101,8 @@ class OpenInference(Convention):
                 name = attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.name")
                 if name is None:
                     break
-                arguments = text(attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.arguments"))
-                texts.append(f"tool_call {text(name)}({arguments})")
+                arguments = attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.arguments")
+                texts.append(tool_call_text(text(name), arguments))
         if any(texts):
             return "\n".join(found for found in texts if found), role
         if sc.OPENINFERENCE_OUTPUT_VALUE in attrs:

@@ -27,12 +27,18 @@ def maybe_json(value: Any) -> Any:
     return value
 
 
+def tool_call_text(name: str, arguments: Any) -> str:
+    """A tool call as every source is read into a step's text (``tool_call NAME(ARGUMENTS)``): spans of
+    each dialect here, chat files in :mod:`otel_blame.loaders`; attribution reads calls in this form."""
+    return f"tool_call {name}({text(arguments)})"
+
+
 def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return text(part)
     kind = part.get("type")
     if kind == "tool_call":
-        return f"tool_call {part.get('name', '')}({text(part.get('arguments'))})"
+        return tool_call_text(str(part.get("name", "")), part.get("arguments"))
     if kind == "tool_call_response":
         return text(part.get("response", part.get("result")))
     for key in ("content", "text", "response"):
@@ -68,7 +74,7 @@ def messages_text(value: Any) -> tuple[str, str | None]:
         if isinstance(message.get("tool_calls"), list):
             for call in message["tool_calls"]:
                 function = call.get("function", call) if isinstance(call, dict) else {}
-                texts.append(f"tool_call {function.get('name', '')}({text(function.get('arguments'))})")
+                texts.append(tool_call_text(str(function.get("name", "")), function.get("arguments")))
     return "\n".join(found for found in texts if found), role
 
 
