@@ -385,16 +385,25 @@ def _call_of_result(calls: list[ToolCall], tool_name: str | None) -> ToolCall | 
     return next((call for call in reversed(calls) if call.name == tool_name), calls[-1])
 
 
-def _contradicts(call: ToolCall, result: str) -> bool:
-    """A result that does not follow from its call: a calculator's expression whose value it does not
-    print, or an identifier the call asked for that the result answers with another."""
-    arguments = call.arguments if isinstance(call.arguments, dict) else {"": call.arguments}
-    for value in arguments.values():
+def _expression_argument(call: ToolCall) -> float | None:
+    """The value of a call's first argument that is an arithmetic expression (a calculator's)."""
+    arguments = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments]
+    for value in arguments:
         if isinstance(value, str):
             expected = expression_value(value)
             if expected is not None:
-                printed = numbers_in(result)
-                return bool(printed) and not agrees(expected, printed)
+                return expected
+    return None
+
+
+def _contradicts(call: ToolCall, result: str) -> bool:
+    """A result that does not follow from its call: a calculator's expression whose value it does not
+    print, or an identifier the call asked for that the result answers with another."""
+    expected = _expression_argument(call)
+    if expected is not None:
+        printed = numbers_in(result)
+        return bool(printed) and not agrees(expected, printed)
+    arguments = call.arguments if isinstance(call.arguments, dict) else {"": call.arguments}
     answered = parse_json(result)
     if not isinstance(answered, dict):
         return False
@@ -572,11 +581,7 @@ def _computes(result: Step, call_text: str) -> bool:
     expression."""
     if result.kind == StepKind.CODE_EXECUTION:
         return True
-    for call in tool_calls(call_text):
-        arguments = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments]
-        if any(isinstance(value, str) and expression_value(value) is not None for value in arguments):
-            return True
-    return False
+    return any(_expression_argument(call) is not None for call in tool_calls(call_text))
 
 
 def _origin_to_calls(graph: RunGraph, features: dict[str, dict[int, float]]) -> None:
