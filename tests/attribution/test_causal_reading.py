@@ -102,6 +102,20 @@ def test_a_result_that_does_not_follow_from_its_call_contradicts_it() -> None:
     assert _feature(lookup("ORD-1042"), "result_contradicts_call") == {}
 
 
+def test_computed_output_passes_the_answers_origin_to_its_computation_unless_it_contradicts_it() -> None:
+    def calculator(value: float) -> Trajectory:
+        return _run(
+            [
+                ("critic", _call("calculate", expression="149.99 * (1 - 30 / 100)")),
+                ("critic", json.dumps({"value": value}), "calculate"),
+                ("critic", f"The verified answer is {value}."),
+            ]
+        )
+
+    assert _feature(calculator(104.99), "answer_origin") == {0: 1.0}  # the expression computed it
+    assert _feature(calculator(209.99), "answer_origin") == {1: 1.0}  # the tool's own wrong output
+
+
 def test_an_answer_whose_value_follows_from_nothing_at_hand_is_unsupported_where_it_is_stated() -> None:
     def story(answer: str) -> Trajectory:
         return _run(

@@ -697,7 +697,6 @@ def read_causally(
                 expected = printed_numbers(graph.texts[graph.call_of[index]])
                 if expected is not None and expected != set(graph.numbers[index]):
                     features["result_contradicts_call"][index] = 1.0
-    _origin_to_calls(graph, features)
     for index, value in _dropped_task(graph).items():
         features["dropped_task"][index] = value
     cut_short = _task_cut_short(graph)
@@ -709,6 +708,9 @@ def read_causally(
     features["novel_call_value"].update(atoms.novel_calls)
     features["result_contradicts_call"].update(atoms.contradicted)
     features["caused_failing_result"].update(atoms.failed_calls)
+    _origin_to_calls(
+        graph, features
+    )  # (once every contradiction is known: a result contradicting its call keeps it)
     unsupported_answer = _answer_unsupported(graph, atoms.identifiers)
     if unsupported_answer and graph.answer_step is not None:
         features["answer_unsupported"][graph.answer_step] = unsupported_answer
