@@ -232,6 +232,11 @@ def _states_an_answer(text: str) -> bool:
     lowered = lowered_for_matching(text)
     if lowered is None:
         return _FINAL_ANSWER.search(text) is not None
+    return says_an_answer(lowered)
+
+
+def says_an_answer(lowered: str) -> bool:
+    """Whether a lower-cased text states an answer ("final answer", "the answer is", "answer:")."""
     return "answer" in lowered and any(map(lowered.__contains__, _FINAL_ANSWERS))
 
 

@@ -57,7 +57,7 @@ from otel_blame.attribution.causal.graph import (
     numbers_in,
     tokens_of,
 )
-from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure
+from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure, says_an_answer
 from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
 CAUSAL_FEATURES: tuple[str, ...] = (
@@ -90,7 +90,6 @@ _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
 _STOP_LINE = re.compile(r"(?:^|\n)[ \t#]*(?:TERMINATE|STOP)[ \t.!#]*$")  # a stop word said, not quoted
 STOP_CHARS = 400  # a stop word is read in a message's tail
 _LAST_STEPS = 2  # a stop in the run's last steps is where runs end; one earlier cut it short
-_ANSWERS = ("final answer", "the answer is", "answer:")  # on lower-cased text
 # run on lower-cased text, and only when one of their keys is there (a scan of every message is
 # costly): a correction opening a line (read from the newline before it, the text read with one in
 # front, so the scan jumps from line to line), and phrases overriding a value or an instruction
@@ -617,7 +616,7 @@ def read_causally(
     dependency_at = _dependencies(trajectory, graph)
     lowers = {index: _lowered(graph, index, whole_lowers) for index in graph.candidates}
     # whether a step states an answer (a recorded final output may be whatever the last step said)
-    answered = any("answer" in lower and any(map(lower.__contains__, _ANSWERS)) for lower in lowers.values())
+    answered = any(map(says_an_answer, lowers.values()))
     failed_results = {
         step.index
         for step in steps
