@@ -131,10 +131,7 @@ def main() -> None:
     for folder in args.score:
         held += rf.load_group(folder, group=folder.name)
     if held:
-        scored = []
-        for group in sorted({run.group for run in held}):
-            model = rf.fit([*who, *(run for run in injected if run.group != group)])
-            scored += rf.predict(model, [run for run in held if run.group == group])
+        scored = rf.leave_one_group_out(injected, extra=who, held=held)
         title = "Fresh campaigns (--score), each app by a model fitted on the other apps"
         print("\n".join(_table(title, scored, held, "group")))
         print("\n".join(_table(f"{title}, by fault kind", scored, held, "kind")))

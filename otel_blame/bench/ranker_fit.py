@@ -222,16 +222,20 @@ def leave_one_group_out(
     runs: Sequence[LabelledRun],
     *,
     extra: Sequence[LabelledRun] = (),
+    held: Sequence[LabelledRun] | None = None,
     agent_rule: str = AGENT_RULE,
     **options: object,
 ) -> list[Scored]:
-    """Each group's runs scored by a model fitted on every other group (plus ``extra``)."""
-    scored: list[Scored] = []
-    for group in sorted({run.group for run in runs}):
+    """Each group's runs scored by a model fitted on every other group (plus ``extra``). With ``held``,
+    its runs are the ones scored (runs never fitted on: a fresh campaign), each group's by a model
+    fitted on the other groups of ``runs``."""
+    scoring = runs if held is None else held
+    found: list[Scored] = []
+    for group in sorted({run.group for run in scoring}):
         training = [run for run in runs if run.group != group] + list(extra)
         model = replace(fit(training, **options), agent_rule=agent_rule)  # type: ignore[arg-type]
-        scored += predict(model, [run for run in runs if run.group == group])
-    return scored
+        found += predict(model, [run for run in scoring if run.group == group])
+    return found
 
 
 def accuracy(scored: Sequence[Scored], key=lambda s: s.run.group) -> dict[str, tuple[int, float, float]]:  # noqa: ANN001
