@@ -143,6 +143,7 @@ BLAME_AGENT = "blame.agent"
 BLAME_STEP = "blame.step"
 BLAME_SCORE = "blame.score"
 BLAME_CONFIDENCE = "blame.confidence"
+BLAME_DECIDED = "blame.decided"  # true when the evidence supports the verdict, false for a ranked guess
 BLAME_REASON = "blame.reason"
 BLAME_METHOD = "blame.method"
 BLAME_MODEL = "blame.model"

@@ -163,6 +163,7 @@ class LLMMethod:
             agent=agent,
             step=step,
             confidence=round(min(1.0, max(0.0, confidence)), 3),
+            decided=True,  # the model judged the run and named a step in it
             reason=reason.strip() or f"Step {step} by {agent} was judged the decisive error.",
             method=self.name,
             model=self.client.model,

@@ -126,6 +126,8 @@ class RankerModel:
     scale: tuple[float, ...]
     agent_rule: str = "step"  # "step": the best step's agent; "sum": the agent with the most probability
     trained_on: str = ""
+    # a verdict is decided when its confidence reaches this (fitted leave-one-dataset-out)
+    decided_threshold: float = 0.5
 
     @classmethod
     def from_dict(cls, data: dict) -> RankerModel:
@@ -136,6 +138,7 @@ class RankerModel:
             scale=tuple(float(v) for v in data["scale"]),
             agent_rule=str(data.get("agent_rule", "step")),
             trained_on=str(data.get("trained_on", "")),
+            decided_threshold=float(data.get("decided_threshold", 0.5)),
         )
 
     def to_dict(self) -> dict:
@@ -146,6 +149,7 @@ class RankerModel:
             "scale": [round(v, 6) for v in self.scale],
             "agent_rule": self.agent_rule,
             "trained_on": self.trained_on,
+            "decided_threshold": self.decided_threshold,
         }
 
     @classmethod
@@ -384,6 +388,7 @@ def verdict(
         agent=step.agent,
         step=chosen,
         confidence=confidence,
+        decided=confidence >= model.decided_threshold,
         reason=reason,
         method=method,
         candidates=candidates,

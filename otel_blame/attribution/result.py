@@ -38,6 +38,11 @@ class Attribution(BaseModel):
     agent: str
     step: int = Field(ge=0, description="0-based index of the decisive error step")
     confidence: float = Field(ge=0.0, le=1.0)
+    decided: bool = Field(
+        default=False,
+        description="the evidence supports the verdict; False for a ranked guess, whose candidates "
+        "are the suspects (alerts, `top` and cross-run statistics count decided verdicts only)",
+    )
     reason: str
     method: str = Field(description="e.g. heuristic, all_at_once, or heuristic(fallback:all_at_once)")
     model: str | None = Field(default=None, description="the LLM used; None for offline methods")
