@@ -16,8 +16,12 @@ It consumes each completed trace with its decision and hands on an :class:`Analy
 Forward first: when more than ``attribution.forward_first_backlog`` failed traces already wait
 for analysis, a failed trace is not held back: it goes on at once, unchanged (``DEFERRED``), and
 when its analysis is done its blame follows as the late ``blame {agent}`` span. ``consume`` never
-waits for analysis, so ingest never does. Whatever goes wrong in an analysis, the trace is
-forwarded exactly as it arrived.
+waits for analysis, so ingest never does. The deferred job is itself a write-ahead log row
+(:mod:`.jobs`), stored before the trace goes on and released once its blame is kept, so a stop
+before the analysis loses nothing: the row is replayed (:meth:`AnalysisStage.resume`) and
+analysed on the next start. While it waits, only the row's id is held here; the worker reads
+the trace from the log. Whatever goes wrong in an analysis, the trace is forwarded exactly as it
+arrived.
 """
 
 from __future__ import annotations
@@ -45,8 +49,10 @@ from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
 from otel_blame.processor.decision import FailureDetector, TraceDecision
+from otel_blame.processor.jobs import StoredJobReader, encode_job
 from otel_blame.processor.listeners import FinishedAttribution
 from otel_blame.processor.stage import Consumer
+from otel_blame.processor.wal import KIND_ANALYSIS, WALClosed, WALFull, WriteAheadLog
 from otel_blame.redaction import Redactor
 
 __all__ = ["AnalysisStage", "Analysed", "FinishedAttribution", "Handling"]
@@ -69,6 +75,7 @@ class Analysed:
     analysis: Analysis | None = None
     attribution: Attribution | None = None  # the final blame (cross-run weighed, described)
     late: bool = False  # the trace went out already: its blame goes as a late ``blame {agent}`` span
+    job_row: int = 0  # its deferred job's log row: released once the blame is kept (or there is none)
 
 
 def analysis_workers(config: ProcessorConfig) -> int:
@@ -85,20 +92,23 @@ class AnalysisStage:
         out: Consumer[Analysed],
         counters: Counters,
         redactor: Redactor,
+        wal: WriteAheadLog,
         cross_run: CrossRunStatistics | None = None,
     ) -> None:
         self._config = config
         self._out = out
         self._counters = counters
         self._cross_run = cross_run
+        self._wal = wal
+        self._jobs = StoredJobReader(wal.path)  # deferred jobs, when the analysis runs in threads here
         self.workers = analysis_workers(config)
         self._detector = FailureDetector(config.detection)
         self._redactor = redactor
         self._pool = self._start_pool(redactor)
         # (trace, its analysis or what the analysis raised, late, only observing a success)
-        self._results: queue.SimpleQueue[
-            tuple[BufferedTrace, Analysis | BaseException, bool, bool] | None
-        ] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[tuple[_Scheduled, Analysis | BaseException] | None] = (
+            queue.SimpleQueue()
+        )
         # batches handed to the pool and not finished: one a worker, plus one waiting for the next free
         self._slots = threading.BoundedSemaphore(self.workers + 1)
         in_process = not (
@@ -138,7 +148,7 @@ class AnalysisStage:
             self.workers,
             mp_context=context,
             initializer=pure.start_worker,
-            initargs=(attribution, self._config.detection, sent, os.getpid()),
+            initargs=(attribution, self._config.detection, sent, os.getpid(), self._wal.path),
         )
         # start them now rather than on the first failed trace (see wait_ready)
         self._warming = [pool.submit(pure.warm_up) for _ in range(self.workers)]
@@ -170,7 +180,7 @@ class AnalysisStage:
 
     def _submit(self, job: AnalysisJob) -> Future[Analysis]:
         if self._run_here is not None:
-            return self._pool.submit(pure.analyse, job, self._run_here, self._detector)
+            return self._pool.submit(pure.analyse_one, job, self._run_here, self._detector, self._jobs)
         return self._pool.submit(pure.run_job, job)
 
     # -- the stage -------------------------------------------------------------------------------
@@ -193,9 +203,45 @@ class AnalysisStage:
             self._out.consume(Analysed(trace, Handling.UNCHANGED))
             return
         if deferred:
-            self._counters.add("forwarded_before_analysis")
+            self._defer(trace)
+        else:
+            self._schedule(trace, trace.decision, late=False)
+
+    def _defer(self, trace: BufferedTrace) -> None:
+        """Forward first: the job to the log, then the trace on (unchanged), then the job to a worker
+        with only its row's id. A job the log cannot take leaves its trace forwarded all the same,
+        its blame then kept in memory only (counted)."""
+        self._counters.add("forwarded_before_analysis")
+        body = encode_job(
+            trace.trace_id, trace.decision, b"".join(trace.span_payloads), b"".join(trace.log_payloads)
+        )
+
+        def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread
             self._out.consume(Analysed(trace, Handling.DEFERRED))
-        self._schedule(trace, trace.decision, late=deferred)
+            if error is not None:
+                self._unkept_job(trace, error)
+                return
+            self._schedule(_without_payloads(trace), trace.decision, late=True, job_row=row, counted=True)
+
+        with self._lock:  # waiting from now on, so that the next failed trace sees the backlog
+            self._pending += 1
+            self._failed_pending += 1
+        try:
+            self._wal.append_then(KIND_ANALYSIS, body, 1, stored)
+        except (WALFull, WALClosed) as error:
+            self._out.consume(Analysed(trace, Handling.DEFERRED))
+            self._unkept_job(trace, error)
+
+    def _unkept_job(self, trace: BufferedTrace, error: BaseException) -> None:
+        self._counters.add("analysis_jobs_not_kept")
+        log.warning("trace %s forwarded first; its analysis job is not kept: %s", trace.trace_id.hex(), error)
+        self._schedule(trace, trace.decision, late=True, counted=True)
+
+    def resume(self, trace_id: bytes, decision: TraceDecision, job_row: int) -> None:
+        """A deferred job left in the log by an earlier run (replayed on start): analyse it now; its
+        trace went out already, so its blame goes as a late span."""
+        trace = BufferedTrace(trace_id, 0.0, 0.0, has_root=True, has_agent=True, replayed=True)
+        self._schedule(trace, decision, late=True, job_row=job_row)
 
     def consume_late(self, trace: BufferedTrace, decision: TraceDecision) -> None:
         """A trace already exported that turned out failed (a late failed root): blame it late."""
@@ -207,11 +253,22 @@ class AnalysisStage:
         analysis = self._submit(job).result()
         return self._analysed(trace, analysis, late=True)
 
-    def _schedule(self, trace: BufferedTrace, decision: TraceDecision, *, late: bool) -> None:
-        with self._lock:
-            self._pending += 1
-            self._failed_pending += 1
-        self._dispatcher.put(_Scheduled(trace, _job(trace, decision), late, False))
+    def _schedule(
+        self,
+        trace: BufferedTrace,
+        decision: TraceDecision,
+        *,
+        late: bool,
+        job_row: int = 0,
+        counted: bool = False,
+    ) -> None:
+        """Queue a failed trace's job for the next free worker (``counted``: already counted as waiting)."""
+        if not counted:
+            with self._lock:
+                self._pending += 1
+                self._failed_pending += 1
+        job = _job(trace, decision, stored_row=job_row)
+        self._dispatcher.put(_Scheduled(trace, job, late, False, job_row))
 
     def _dispatch(self, batch: list[_Scheduled]) -> None:
         """Hand the jobs that waited to the pool in one task, once a worker is (about to be) free."""
@@ -226,7 +283,7 @@ class AnalysisStage:
             else:
                 future.add_done_callback(lambda done: self._collect(batch, done))
                 return
-        for scheduled in batch:  # not analysed: as before its analysis was asked for
+        for scheduled in batch:  # not analysed: as before its analysis was asked for (a job stays in the log)
             self._done(failed=not scheduled.observing)
             if not scheduled.late and not scheduled.observing:
                 self._out.consume(Analysed(scheduled.trace, Handling.UNCHANGED))
@@ -238,11 +295,11 @@ class AnalysisStage:
         except BaseException as error:  # the worker died, the pool was shut down
             results = [error] * len(batch)
         for scheduled, result in zip(batch, results, strict=True):
-            self._results.put((scheduled.trace, result, scheduled.late, scheduled.observing))
+            self._results.put((scheduled, result))
 
     def _submit_many(self, jobs: tuple[AnalysisJob, ...]) -> Future[list[Analysis | Exception]]:
         if self._run_here is not None:
-            return self._pool.submit(pure.analyse_each, jobs, self._run_here, self._detector)
+            return self._pool.submit(pure.analyse_each, jobs, self._run_here, self._detector, self._jobs)
         return self._pool.submit(pure.run_jobs, jobs)
 
     def _observe(self, trace: BufferedTrace) -> None:
@@ -259,13 +316,19 @@ class AnalysisStage:
             self._counters.add("cross_run_skipped_traces")
             self._out.consume(Analysed(trace, Handling.OBSERVED))
             return
-        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), False, True))
+        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), False, True, 0))
 
     # -- results ---------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
         while (item := self._results.get()) is not None:
-            trace, result, late, observing = item
-            if self._closed.is_set():  # stopped before it finished: its rows stay in the log
+            scheduled, result = item
+            trace, late, observing, job_row = (
+                scheduled.trace,
+                scheduled.late,
+                scheduled.observing,
+                scheduled.job_row,
+            )
+            if self._closed.is_set():  # stopped before it finished: its rows (and job) stay in the log
                 self._done(failed=not observing)
                 continue
             try:
@@ -276,9 +339,9 @@ class AnalysisStage:
                     built = analysis if analysis.status == pure.BUILT else None
                     self._out.consume(Analysed(trace, Handling.OBSERVED, built))
                 elif not analysis.decision.failed:  # a trace without root, decided here: it did not fail
-                    self._not_failed(trace, analysis, late=late)
+                    self._not_failed(trace, analysis, late=late, job_row=job_row)
                 else:
-                    self._out.consume(self._analysed(trace, analysis, late=late))
+                    self._out.consume(self._analysed(trace, analysis, late=late, job_row=job_row))
             except Exception:
                 self._counters.add("analysis_errors")
                 log.exception("analysing trace %s failed; forwarding it unchanged", trace.trace_id.hex())
@@ -286,18 +349,24 @@ class AnalysisStage:
                     self._out.consume(Analysed(trace, Handling.OBSERVED))
                 elif not late:
                     self._out.consume(Analysed(trace, Handling.UNCHANGED))
+                elif job_row:  # the same job would fail the same way after a restart
+                    self._wal.release([job_row])
             finally:
                 self._done(failed=not observing)
 
-    def _not_failed(self, trace: BufferedTrace, analysis: Analysis, *, late: bool) -> None:
+    def _not_failed(self, trace: BufferedTrace, analysis: Analysis, *, late: bool, job_row: int) -> None:
         if not late:
             self._out.consume(Analysed(trace, Handling.SUCCESS))
+        elif job_row:  # nothing to blame: the job is done
+            self._wal.release([job_row])
         if analysis.status == pure.BUILT:
             self._out.consume(Analysed(trace, Handling.OBSERVED, analysis))
         else:
             self._counters.add("no_trajectory_traces")
 
-    def _analysed(self, trace: BufferedTrace, analysis: Analysis, *, late: bool) -> Analysed:
+    def _analysed(
+        self, trace: BufferedTrace, analysis: Analysis, *, late: bool, job_row: int = 0
+    ) -> Analysed:
         """The worker's analysis finished here: counted, weighed against the cross-run evidence, described."""
         trace_hex = trace.trace_id.hex()
         if analysis.status == NO_TRAJECTORY:
@@ -308,7 +377,7 @@ class AnalysisStage:
                 "no_trajectory",
                 f"failed trace not attributed: {analysis.problem}",
             )
-            return Analysed(trace, Handling.ANALYSED, analysis, late=late)
+            return Analysed(trace, Handling.ANALYSED, analysis, late=late, job_row=job_row)
         if analysis.steps_named_by_service:
             self._counters.add("agent_from_service_traces")
             self._warn_once(
@@ -327,7 +396,7 @@ class AnalysisStage:
             if described.step != attribution.step:
                 self._counters.add("cross_run_changed_verdicts")
             attribution = described
-        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late)
+        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late, job_row)
 
     def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
         if self._cross_run is None or analysis.trajectory is None:
@@ -390,9 +459,14 @@ class _Scheduled:
     job: AnalysisJob
     late: bool
     observing: bool  # only a success's trajectory, for the cross-run statistics
+    job_row: int  # a deferred job's log row (0: none)
 
 
-def _job(trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = True) -> AnalysisJob:
+def _job(
+    trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = True, stored_row: int = 0
+) -> AnalysisJob:
+    if stored_row:  # the worker reads the payloads from the log
+        return AnalysisJob(trace.trace_id, (), (), decision, time.monotonic(), attribute, stored_row)
     return AnalysisJob(
         trace.trace_id,
         tuple(trace.span_payloads),
@@ -400,4 +474,16 @@ def _job(trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = Tru
         decision,
         time.monotonic(),
         attribute,
+    )
+
+
+def _without_payloads(trace: BufferedTrace) -> BufferedTrace:
+    """What a deferred job holds of its trace while it waits: its id (the payloads are in the log)."""
+    return BufferedTrace(
+        trace.trace_id,
+        trace.first_seen,
+        trace.last_seen,
+        has_root=True,
+        has_agent=True,
+        replayed=trace.replayed,
     )

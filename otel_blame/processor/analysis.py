@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -31,6 +32,7 @@ from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_traje
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import AttributionConfig, CrossRunConfig, DetectionConfig
 from otel_blame.processor.decision import NOT_FAILED, FailureDetector, TraceDecision
+from otel_blame.processor.jobs import StoredJobReader
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Outcome, Trajectory
 
@@ -47,6 +49,21 @@ class AnalysisJob:
     decision: TraceDecision
     submitted_at: float  # time.monotonic() when queued: the attribution timeout counts from it
     attribute: bool = True  # False: the trajectory only (a success, for the cross-run statistics)
+    stored_row: int = 0  # a deferred job: the payloads are in this write-ahead log row (:mod:`.jobs`)
+
+    def loaded(self, reader: StoredJobReader | None) -> AnalysisJob:
+        """The job with its payloads (read from the log for a deferred job)."""
+        if not self.stored_row:
+            return self
+        if reader is None:
+            raise LookupError("an analysis job in the write-ahead log, and no log to read it from")
+        stored = reader.read(self.stored_row)
+        return replace(
+            self,
+            span_payloads=(stored.span_payload,),
+            log_payloads=(stored.log_payload,) if stored.log_payload else (),
+            stored_row=0,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,19 +196,25 @@ def _service(resource: Resource | None) -> str:
 # -- in a worker process ---------------------------------------------------------------------------
 _runner: AttributionRunner | None = None
 _detector: FailureDetector | None = None
+_jobs: StoredJobReader | None = None
 
 
 def start_worker(
-    config: AttributionConfig, detection: DetectionConfig, redactor: Redactor | None, processor_pid: int
+    config: AttributionConfig,
+    detection: DetectionConfig,
+    redactor: Redactor | None,
+    processor_pid: int,
+    wal_path: Path | None = None,
 ) -> None:
     """A worker process's initializer: a lower CPU priority (``worker_niceness``), its own attribution
-    method (and LLM client), and a watch on the processor: a worker outlives it by a second at most,
-    even after ``kill -9``."""
-    global _runner, _detector
+    method (and LLM client), the write-ahead log's file to read deferred jobs from, and a watch on
+    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
+    global _runner, _detector, _jobs
     if config.worker_niceness:
         os.nice(config.worker_niceness)
     _runner = AttributionRunner(config, redactor)
     _detector = FailureDetector(detection)
+    _jobs = StoredJobReader(wal_path) if wal_path is not None else None
     threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
 
 
@@ -209,23 +232,33 @@ def _exit_with(pid: int) -> None:
 def run_job(job: AnalysisJob) -> Analysis:
     """A worker process's task."""
     assert _detector is not None
-    return analyse(job, _runner, _detector)
+    return analyse(job.loaded(_jobs), _runner, _detector)
 
 
 def run_jobs(jobs: tuple[AnalysisJob, ...]) -> list[Analysis | Exception]:
     """A worker process's task of several jobs (one round trip)."""
     assert _detector is not None
-    return analyse_each(jobs, _runner, _detector)
+    return analyse_each(jobs, _runner, _detector, _jobs)
+
+
+def analyse_one(
+    job: AnalysisJob, runner: AttributionRunner | None, detector: FailureDetector, reader: StoredJobReader
+) -> Analysis:
+    """One job's analysis in a thread of the processor (its payloads read from the log if deferred)."""
+    return analyse(job.loaded(reader), runner, detector)
 
 
 def analyse_each(
-    jobs: tuple[AnalysisJob, ...], runner: AttributionRunner | None, detector: FailureDetector
+    jobs: tuple[AnalysisJob, ...],
+    runner: AttributionRunner | None,
+    detector: FailureDetector,
+    reader: StoredJobReader | None = None,
 ) -> list[Analysis | Exception]:
     """Each job's analysis, or what it raised (one bad trace does not fail the others)."""
     out: list[Analysis | Exception] = []
     for job in jobs:
         try:
-            out.append(analyse(job, runner, detector))
+            out.append(analyse(job.loaded(reader), runner, detector))
         except Exception as error:
             out.append(error)
     return out

@@ -54,6 +54,7 @@ class BufferedTrace:
     failed_root: bytes = b""
     has_agent: bool = False
     verdict_failed: bool = False  # a verdict said so while the trace was buffered
+    replayed: bool = False  # some of it came from the write-ahead log of an earlier run
     expected_output: str | None = None
     overflowed: bool = False
     decision: TraceDecision = NOT_FAILED  # made once, when the trace completes
@@ -83,6 +84,7 @@ class ArrivedGroups:
     groups: list[TraceGroup]
     row: int
     logs: bool
+    replayed: bool = False  # stored by an earlier run (replayed on start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +119,7 @@ class TraceAssembler:
         self._stats = AssemblyStats()
 
     def add(
-        self, group: TraceGroup, ref: int, now: float, *, logs: bool = False
+        self, group: TraceGroup, ref: int, now: float, *, logs: bool = False, replayed: bool = False
     ) -> tuple[Route, BufferedTrace | None]:
         config = self._config
         with self._lock:
@@ -137,6 +139,7 @@ class TraceAssembler:
             else:
                 self._by_activity.move_to_end(group.trace_id)
             trace.last_seen = now
+            trace.replayed = trace.replayed or replayed
             trace.payload_bytes += len(group.payload)
             trace.has_agent = trace.has_agent or group.has_agent
             if logs:
@@ -249,7 +252,7 @@ class AssemblyStage:
             if logs and not group.trace_id:
                 self._forward.consume(ExportItem(kind, group.payload, [row], group.items))
                 continue
-            route, trace = self.assembler.add(group, row, now, logs=logs)
+            route, trace = self.assembler.add(group, row, now, logs=logs, replayed=item.replayed)
             if route == Route.BUFFERED:
                 continue
             if route == Route.OVERFLOW and trace is not None:

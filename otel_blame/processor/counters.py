@@ -31,6 +31,8 @@ NAMES = (
     "analysis_overflow_traces",
     "forwarded_before_analysis",  # failed traces sent on before their analysis (blamed by a late span)
     "late_blames_dropped",  # late blame spans the write-ahead log could not store
+    "analysis_jobs_not_kept",  # failed traces forwarded first whose job the log could not store
+    "replayed_blames_kept_before",  # blames of replayed traces kept before the stop: not written again
     "verdicts",
     "replayed_rows",
     "alerts",

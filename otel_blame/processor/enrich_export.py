@@ -8,7 +8,9 @@ and publishes each trace's verdict to the listeners (:mod:`.listeners`).
 
 Late blame spans of traces forwarded first (:mod:`.analyser`) come in bursts when a backlog
 drains; :class:`LateSpanWriter` stores all that wait in one log row (one fsync) and sends them as
-one request, instead of one durable write each.
+one request, instead of one durable write each. Once that row is stored, the deferred analysis
+jobs it answers (:mod:`.jobs`) leave the log: their blame is kept, in the blame listeners and in
+the late span on its way downstream.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -84,6 +87,8 @@ class EnrichExportStage:
         elif item.late:
             if item.attribution is None:
                 self._publish(item, Outcome.FAILURE)
+                if item.job_row:  # nothing to blame: the job is done
+                    self._wal.release([item.job_row])
             else:
                 self.blame_late(item, remember=True)
         elif item.attribution is None:  # failed, but not attributed: on unchanged, counted
@@ -130,7 +135,7 @@ class EnrichExportStage:
                     kept.attribution = kept.attribution or attribution
 
             def export() -> None:  # once the blame is kept
-                self._late_spans.put(payload)
+                self._late_spans.put(LateSpan(payload, item.job_row))
                 self._send_evaluation_log(evaluation, analysis.resource, trace_hex)
 
         else:
@@ -156,6 +161,7 @@ class EnrichExportStage:
                 attribution=item.attribution,
                 late=item.late,
                 finished_at_unix=time.time(),
+                replayed=item.trace.replayed,
             ),
             then,
         )
@@ -182,9 +188,19 @@ class EnrichExportStage:
         self._exporter.consume(ExportItem(LOGS, payload, [row], 1))
 
 
+@dataclass(frozen=True, slots=True)
+class LateSpan:
+    """A late ``blame {agent}`` span (a request payload), and the deferred job it answers (0: none)."""
+
+    payload: bytes
+    job_row: int = 0
+
+
 class LateSpanWriter:
     """Stores the late blame spans that wait in one write-ahead log row and sends them as one
-    request (serialised requests concatenate into one), on its own thread."""
+    request (serialised requests concatenate into one), on its own thread; then releases the
+    deferred jobs they answer. A batch the log cannot store is dropped (counted) and its jobs stay
+    in the log, to be analysed again on the next start."""
 
     def __init__(
         self, wal: WriteAheadLog, exporter: OTLPExporter, counters: Counters, max_batch: int = 1000
@@ -192,12 +208,12 @@ class LateSpanWriter:
         self._wal = wal
         self._exporter = exporter
         self._counters = counters
-        self._worker: BatchingWorker[bytes] = BatchingWorker(
+        self._worker: BatchingWorker[LateSpan] = BatchingWorker(
             self._write, name="otel-blame-late-spans", max_batch=max_batch
         )
 
-    def put(self, payload: bytes) -> None:
-        self._worker.put(payload)
+    def put(self, span: LateSpan) -> None:
+        self._worker.put(span)
 
     def wait_idle(self, deadline: float) -> bool:
         return self._worker.wait_idle(deadline)
@@ -205,8 +221,8 @@ class LateSpanWriter:
     def close(self) -> None:
         self._worker.close()
 
-    def _write(self, batch: list[bytes]) -> None:
-        body = b"".join(batch)
+    def _write(self, batch: list[LateSpan]) -> None:
+        body = b"".join(span.payload for span in batch)
         try:
             row = self._wal.append(KIND_DIRECT_TRACES, body, parts=1)
         except (WALFull, WALStorageError, WALClosed) as error:
@@ -214,3 +230,6 @@ class LateSpanWriter:
             log.warning("%d late blame span(s) not sent: %s", len(batch), error)
             return
         self._exporter.consume(ExportItem(TRACES, body, [row], len(batch)))
+        jobs = [span.job_row for span in batch if span.job_row]
+        if jobs:
+            self._wal.release(jobs)

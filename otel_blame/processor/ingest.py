@@ -4,7 +4,9 @@ durable, hand it on.
 A request is split by trace id (spans with invalid ids are left out and counted, OTLP partial
 success), written to the write-ahead log as it arrived, and only then acknowledged; its groups go
 on to the assembly stage. On start, rows a previous run acknowledged but did not deliver are
-replayed through the same path.
+replayed through the same path (marked as replayed: a blame already kept for one of their traces
+is not written again), and the analysis jobs a previous run deferred (:mod:`.jobs`) go back to
+the analysis.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from otel_blame.processor.assembler import ArrivedGroups
 from otel_blame.processor.config import WALConfig
 from otel_blame.processor.counters import Counters
+from otel_blame.processor.decision import TraceDecision
 from otel_blame.processor.errors import Accepted, Backpressure, InvalidRequest, NotAccepting
 from otel_blame.processor.exporter import LOGS, TRACES, OTLPExporter
+from otel_blame.processor.jobs import decode_header
 from otel_blame.processor.stage import Consumer
 from otel_blame.processor.wal import (
+    KIND_ANALYSIS,
     KIND_DIRECT_LOGS,
     KIND_DIRECT_TRACES,
     KIND_LOGS,
@@ -44,6 +49,7 @@ class Ingest:
         exporter: OTLPExporter,
         counters: Counters,
         root_failure: Callable[[Span], str | None],
+        resume: Callable[[bytes, TraceDecision, int], None],
     ) -> None:
         self._wal = wal
         self._config = config
@@ -51,6 +57,7 @@ class Ingest:
         self._exporter = exporter
         self._counters = counters
         self._root_failure = root_failure
+        self._resume = resume  # (trace id, decision, job row): a deferred analysis job, replayed
         self.accepting = False
 
     def split(self, kind: str, body: bytes) -> Groups:
@@ -120,12 +127,19 @@ class Ingest:
                 self._exporter.submit(LOGS, row.body, [row.row_id], 1)
                 continue
             try:
+                if row.kind == KIND_ANALYSIS:
+                    trace_id, decision, _, _ = decode_header(row.body)
+                    self._wal.adopt(row, 1)
+                    self._resume(trace_id, decision, row.row_id)
+                    continue
                 groups = self.split(row.kind, row.body)
-            except DecodeError:
+            except ValueError:  # a DecodeError, or a job that is not one
                 log.error("write-ahead log row %d is unreadable; removing it", row.row_id)
                 self._wal.adopt(row, 0)
                 continue
             self._wal.adopt(row, len(groups))
-            self._assembly.consume(ArrivedGroups(row.kind, groups, row.row_id, row.kind == KIND_LOGS))
+            self._assembly.consume(
+                ArrivedGroups(row.kind, groups, row.row_id, row.kind == KIND_LOGS, replayed=True)
+            )
         if self._wal.recovered_rows:
             log.info("replayed %d requests from the write-ahead log", self._wal.recovered_rows)

@@ -77,6 +77,7 @@ class TraceVerdict:
     attribution: Attribution | None  # the blame; None when not failed, or failed and unattributed
     late: bool = False
     finished_at_unix: float = 0.0
+    replayed: bool = False  # its trace (or deferred job) came back from the write-ahead log on start
 
     @property
     def failed(self) -> bool:
@@ -212,7 +213,12 @@ class _Published:
 class VerdictBus:
     """Publishes verdicts: inline listeners at once; on the bus thread, a batch at a time, the
     ``keeping`` listeners (where a blame is kept: the blame listeners), then each verdict's ``then``
-    (its trace's spans go on), then the other ``queued`` listeners."""
+    (its trace's spans go on), then the other ``queued`` listeners.
+
+    A blame is written once. A trace replayed from the write-ahead log after a stop may have been
+    blamed, and its blame kept, before the stop (its spans had not reached the downstream yet):
+    such a replayed verdict is recognised by its trace id (``kept``) and goes to no listener
+    again (not stored, counted, alerted on twice); its spans still go on."""
 
     def __init__(
         self,
@@ -220,12 +226,16 @@ class VerdictBus:
         inline: Sequence[VerdictListener] = (),
         keeping: Sequence[VerdictListener] = (),
         queued: Sequence[VerdictListener] = (),
+        kept: Callable[[str], bool] | None = None,
+        counters: Counters | None = None,
         capacity: int = 10_000,
         max_batch: int = 256,
     ) -> None:
         self._inline = list(inline)
         self._keeping = list(keeping)
         self._queued = list(queued)
+        self._kept = kept
+        self._counters = counters
         self._worker: BatchingWorker[_Published] = BatchingWorker(
             self._handle, name="otel-blame-listeners", max_batch=max_batch, capacity=capacity
         )
@@ -250,7 +260,7 @@ class VerdictBus:
         self._worker.close()
 
     def _handle(self, batch: list[_Published]) -> None:
-        verdicts = [published.verdict for published in batch]
+        verdicts = self._first_time([published.verdict for published in batch])
         self._tell(self._keeping, verdicts)
         for published in batch:
             if published.then is not None:
@@ -259,6 +269,30 @@ class VerdictBus:
                 except Exception:
                     log.exception("after the verdict of trace %s", published.verdict.trace_id)
         self._tell(self._queued, verdicts)
+
+    def _first_time(self, verdicts: list[TraceVerdict]) -> list[TraceVerdict]:
+        """The verdicts without the replayed blames kept already (before the stop, or earlier in this
+        batch: a trace may come back twice, from its deferred job and from its own rows)."""
+        if self._kept is None or not any(v.replayed and v.attribution is not None for v in verdicts):
+            return verdicts
+        fresh, seen = [], set()
+        for verdict in verdicts:
+            if verdict.replayed and verdict.attribution is not None:
+                if verdict.trace_id in seen or self._known(verdict.trace_id):
+                    if self._counters is not None:
+                        self._counters.add("replayed_blames_kept_before")
+                    continue
+                seen.add(verdict.trace_id)
+            fresh.append(verdict)
+        return fresh
+
+    def _known(self, trace_id: str) -> bool:
+        assert self._kept is not None
+        try:
+            return self._kept(trace_id)
+        except Exception:  # cannot tell: written again (at least once) rather than lost
+            log.exception("looking up the kept blame of trace %s", trace_id)
+            return False
 
     @staticmethod
     def _tell(listeners: list[VerdictListener], verdicts: list[TraceVerdict]) -> None:

@@ -203,6 +203,8 @@ class BlameProcessor:
             inline=[MetricsListener(self.metrics, self.counters)],
             keeping=[self._blame_listeners],
             queued=queued,
+            kept=self._blame_kept,
+            counters=self.counters,
         )
         export = self._export = EnrichExportStage(
             config.enrichment,
@@ -214,7 +216,12 @@ class BlameProcessor:
             counters=self.counters,
         )
         analysis = self._analysis = AnalysisStage(
-            config, out=export, counters=self.counters, redactor=self._redactor, cross_run=self._cross_run
+            config,
+            out=export,
+            counters=self.counters,
+            redactor=self._redactor,
+            wal=wal,
+            cross_run=self._cross_run,
         )
         self._late = LateVerdicts(
             assembler=self._assembler,
@@ -227,7 +234,9 @@ class BlameProcessor:
         stage = self._stage = AssemblyStage(
             self._assembler, config.assembly, complete=analysis, forward=exporter, late=self._late
         )
-        self._ingest = Ingest(wal, config.wal, stage, exporter, self.counters, self._detector.failure_reason)
+        self._ingest = Ingest(
+            wal, config.wal, stage, exporter, self.counters, self._detector.failure_reason, analysis.resume
+        )
         stage.start()
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -320,6 +329,10 @@ class BlameProcessor:
         if not self.ready or self._late is None:
             raise NotAccepting("the processor is not accepting data right now")
         return self._late.submit_verdict(trace_id, outcome, expected_output)
+
+    def _blame_kept(self, trace_id: str) -> bool:
+        """Whether a blame of this trace is kept already (by a listener that keeps blames durably)."""
+        return self._stored_blame(trace_id) is not None
 
     def _stored_blame(self, trace_id: str) -> BlameRecord | None:
         for attached in self._attachments:

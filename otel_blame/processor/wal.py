@@ -42,6 +42,7 @@ KIND_TRACES = "traces"
 KIND_LOGS = "logs"
 KIND_DIRECT_TRACES = "direct_traces"  # spans the processor made itself (late verdicts): no assembly
 KIND_DIRECT_LOGS = "direct_logs"  # log records the processor made itself (evaluation events): no assembly
+KIND_ANALYSIS = "analysis"  # a failed trace forwarded before its analysis: the job, until its blame is kept
 
 
 class WALFull(Exception):
@@ -64,6 +65,7 @@ class _Append:
     done: threading.Event = field(default_factory=threading.Event)
     row_id: int = 0
     error: BaseException | None = None
+    then: Callable[[int, BaseException | None], None] | None = None  # on the writer thread, once stored
 
 
 class _Discard(list[int]):
@@ -291,14 +293,28 @@ class WriteAheadLog:
         discard.done.wait(timeout)
         return item.row_id
 
-    def _enqueue(self, kind: str, body: bytes, parts: int | None) -> _Append:
+    def append_then(
+        self, kind: str, body: bytes, parts: int, then: Callable[[int, BaseException | None], None]
+    ) -> None:
+        """Store ``body`` without waiting: ``then(row_id, None)`` once it is durable, or ``then(0,
+        error)`` when it could not be stored, on the writer thread (so ``then`` must not wait for
+        the log). Raises :class:`WALFull` / :class:`WALClosed` at once, as :meth:`append` does."""
+        self._enqueue(kind, body, parts, then)
+
+    def _enqueue(
+        self,
+        kind: str,
+        body: bytes,
+        parts: int | None,
+        then: Callable[[int, BaseException | None], None] | None = None,
+    ) -> _Append:
         with self._lock:
             if self._closed:
                 raise WALClosed("write-ahead log is closed")
             if self._bytes + len(body) > self.max_bytes and self._bytes > 0:
                 raise WALFull(f"write-ahead log holds {self._bytes} bytes (bound {self.max_bytes})")
             self._bytes += len(body)
-        item = _Append(kind, body, parts)
+        item = _Append(kind, body, parts, then=then)
         self._queue.put(item)
         return item
 
@@ -379,8 +395,7 @@ class WriteAheadLog:
         """One round of the writer: pending deletes and the appends that queued up."""
         if appends and self._deletes_pending and self._reserve_held and not stop:
             if self._commit_together(appends):
-                for item in appends:
-                    item.done.set()
+                self._finished(appends)
                 return
         self._commit_deletes()
         if stop and self._deletes_pending:  # one last chance with the reserve given up
@@ -403,8 +418,18 @@ class WriteAheadLog:
                     self._bytes -= len(item.body)
             for item in appends:
                 item.error = error
+        self._finished(appends)
+
+    @staticmethod
+    def _finished(appends: list[_Append]) -> None:
+        """Tell each append's waiter (or its ``then``) what became of it."""
         for item in appends:
             item.done.set()
+            if item.then is not None:
+                try:
+                    item.then(item.row_id if item.error is None else 0, item.error)
+                except Exception:  # never let the writer thread die
+                    log.exception("after storing a %s row", item.kind)
 
     def _transaction(self, work: Callable[[sqlite3.Cursor], None]) -> None:
         cursor = self._connection.cursor()

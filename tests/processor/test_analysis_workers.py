@@ -17,6 +17,7 @@ from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.config import AttributionConfig, DetectionConfig, load_config
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.decision import TraceDecision
+from otel_blame.processor.wal import WriteAheadLog
 from otel_blame.redaction import Redactor
 
 from .spans import record_agent_run
@@ -50,7 +51,8 @@ def test_every_job_of_a_round_trip_is_analysed_on_its_own(tmp_path) -> None:  # 
         environ={},
     )
     out, counters = _Collected(), Counters()
-    stage = AnalysisStage(config, out=out, counters=counters, redactor=Redactor())
+    wal = WriteAheadLog(tmp_path, 1 << 30)
+    stage = AnalysisStage(config, out=out, counters=counters, redactor=Redactor(), wal=wal)
     try:
         stage.wait_ready(timeout=60)
         traces = [_failed_trace(n) for n in range(30)]
@@ -60,6 +62,7 @@ def test_every_job_of_a_round_trip_is_analysed_on_its_own(tmp_path) -> None:  # 
         assert stage.wait_idle(time.monotonic() + 60)
     finally:
         stage.close()
+        wal.close()
     by_trace = {item.trace.trace_id: item for item in out.items}
     assert all(by_trace[t.trace_id].attribution is not None for t in traces)
     assert by_trace[broken.trace_id].handling == Handling.UNCHANGED

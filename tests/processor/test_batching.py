@@ -7,7 +7,9 @@ import threading
 import time
 from collections.abc import Sequence
 
+from otel_blame.attribution.result import Attribution
 from otel_blame.processor.batching import BatchingWorker
+from otel_blame.processor.counters import Counters
 from otel_blame.processor.listeners import TraceVerdict, VerdictBus
 
 
@@ -109,3 +111,46 @@ def test_a_verdict_with_nothing_but_its_outcome_is_counted_inline_only() -> None
     assert bus.wait_idle(time.monotonic() + 10)
     bus.close()
     assert events == [f"metrics {1:032x}"]
+
+
+def _blamed(n: int, *, replayed: bool) -> TraceVerdict:
+    blame = Attribution(agent="solver", step=1, confidence=0.9, reason="said 41", method="heuristic")
+    return TraceVerdict(f"{n:032x}", "failure", "svc", "svc", None, blame, replayed=replayed)
+
+
+def test_a_replayed_blame_kept_before_the_stop_goes_to_no_listener_again_and_its_spans_go_on() -> None:
+    events: list[str] = []
+    kept_before = {f"{1:032x}"}
+    counters = Counters()
+    bus = VerdictBus(
+        keeping=[_Recorder("kept", events)],
+        queued=[_Recorder("counted", events)],
+        kept=kept_before.__contains__,
+        counters=counters,
+    )
+    bus.publish(_blamed(1, replayed=True), then=lambda: events.append("exported 1"))
+    bus.publish(_blamed(2, replayed=True), then=lambda: events.append("exported 2"))  # not kept before
+    bus.publish(_blamed(1, replayed=False), then=lambda: events.append("exported 1 again"))  # a new verdict
+    assert bus.wait_idle(time.monotonic() + 10)
+    bus.close()
+    assert [event for event in events if not event.startswith("exported")] == [
+        f"kept {2:032x}",
+        f"kept {1:032x}",
+        f"counted {2:032x}",
+        f"counted {1:032x}",
+    ]
+    assert {"exported 1", "exported 2", "exported 1 again"} <= set(events)
+    assert counters.snapshot()["replayed_blames_kept_before"] == 1
+
+
+def test_a_trace_replayed_twice_in_one_batch_is_written_once() -> None:
+    events: list[str] = []
+    gate = threading.Event()
+    bus = VerdictBus(keeping=[_Recorder("kept", events)], kept=lambda trace_id: False)
+    bus.publish(TraceVerdict(f"{0:032x}", "failure", "", "", None, None), then=lambda: gate.wait(10))
+    bus.publish(_blamed(3, replayed=True))  # from its deferred job
+    bus.publish(_blamed(3, replayed=True))  # and from its own rows, replayed too
+    gate.set()
+    assert bus.wait_idle(time.monotonic() + 10)
+    bus.close()
+    assert events.count(f"kept {3:032x}") == 1
