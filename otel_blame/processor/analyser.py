@@ -7,8 +7,10 @@ It consumes each completed trace with its decision and hands on an :class:`Analy
   for the cross-run statistics (``OBSERVED``);
 - failed: the pure analysis (:mod:`.analysis`: parse, trajectory, attribute) runs in a worker
   process, ``attribution.workers`` of them (default: one a core), so it is not held to one core
-  by the GIL; back here the workflow's cross-run evidence is read and the blame described, and
-  the trace goes on (``ANALYSED``) to be enriched and exported. The jobs that wait while every
+  by the GIL. The worker also concludes the blame (:func:`~.analysis.conclude`: described,
+  written onto the spans or into a late span, the trajectory redacted for the listeners) unless
+  the workflow's cross-run evidence is to be read first: then that happens back here. The trace
+  goes on (``ANALYSED``) to be exported. The jobs that wait while every
   worker is busy go to the next free one together, in one round trip (a
   :class:`~.batching.BatchingWorker` dispatches them): a worker that finished does not sit idle
   until this process's GIL lets it hand over one more job.
@@ -38,10 +40,13 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass
 from enum import StrEnum
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
 from otel_blame.attribution.registry import is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor import analysis as pure
-from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob
+from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob, Blamed, Concluding
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.batching import BatchingWorker
@@ -49,6 +54,7 @@ from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
 from otel_blame.processor.decision import FailureDetector, TraceDecision
+from otel_blame.processor.enricher import BlameEnricher
 from otel_blame.processor.jobs import StoredJobReader, encode_job
 from otel_blame.processor.listeners import FinishedAttribution
 from otel_blame.processor.stage import Consumer
@@ -76,6 +82,7 @@ class Analysed:
     attribution: Attribution | None = None  # the final blame (cross-run weighed, described)
     late: bool = False  # the trace went out already: its blame goes as a late ``blame {agent}`` span
     job_row: int = 0  # its deferred job's log row: released once the blame is kept (or there is none)
+    blamed: Blamed | None = None  # the concluded blame (with ``attribution``): what it writes
 
 
 def analysis_workers(config: ProcessorConfig) -> int:
@@ -93,6 +100,7 @@ class AnalysisStage:
         counters: Counters,
         redactor: Redactor,
         wal: WriteAheadLog,
+        enricher: BlameEnricher | None = None,
         cross_run: CrossRunStatistics | None = None,
     ) -> None:
         self._config = config
@@ -100,12 +108,13 @@ class AnalysisStage:
         self._counters = counters
         self._cross_run = cross_run
         self._wal = wal
+        self._concluding = Concluding(enricher or BlameEnricher(), redactor, config.cross_run)
         self._jobs = StoredJobReader(wal.path)  # deferred jobs, when the analysis runs in threads here
         self.workers = analysis_workers(config)
         self._detector = FailureDetector(config.detection)
         self._redactor = redactor
         self._pool = self._start_pool(redactor)
-        # (trace, its analysis or what the analysis raised, late, only observing a success)
+        # (the job as scheduled, its analysis or what the analysis raised)
         self._results: queue.SimpleQueue[tuple[_Scheduled, Analysis | BaseException] | None] = (
             queue.SimpleQueue()
         )
@@ -142,13 +151,26 @@ class AnalysisStage:
                 self._run_here = AttributionRunner(attribution, redactor)
                 log.info("analysis in %d threads: the redactor cannot go to worker processes", self.workers)
                 return ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
+        self._workers_conclude = self._cross_run is None  # else the evidence is read here first
+        if self._workers_conclude:
+            try:
+                pickle.dumps(self._concluding)
+            except Exception:  # an embedding's redaction hook or enricher: concluded here
+                self._workers_conclude = False
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["otel_blame.processor.analysis"])
         pool = ProcessPoolExecutor(
             self.workers,
             mp_context=context,
             initializer=pure.start_worker,
-            initargs=(attribution, self._config.detection, sent, os.getpid(), self._wal.path),
+            initargs=(
+                attribution,
+                self._config.detection,
+                sent,
+                os.getpid(),
+                self._wal.path,
+                self._concluding if self._workers_conclude else None,
+            ),
         )
         # start them now rather than on the first failed trace (see wait_ready)
         self._warming = [pool.submit(pure.warm_up) for _ in range(self.workers)]
@@ -177,10 +199,18 @@ class AnalysisStage:
         self._warming = []
 
     _run_here: AttributionRunner | None = None
+    _workers_conclude = False
+
+    @property
+    def _concluding_there(self) -> Concluding | None:
+        """What the threads of this process conclude with (the processes got theirs at start)."""
+        return self._concluding if self._cross_run is None else None
 
     def _submit(self, job: AnalysisJob) -> Future[Analysis]:
         if self._run_here is not None:
-            return self._pool.submit(pure.analyse_one, job, self._run_here, self._detector, self._jobs)
+            return self._pool.submit(
+                pure.analyse_one, job, self._run_here, self._detector, self._jobs, self._concluding_there
+            )
         return self._pool.submit(pure.run_job, job)
 
     # -- the stage -------------------------------------------------------------------------------
@@ -249,7 +279,7 @@ class AnalysisStage:
 
     def analyse_now(self, trace: BufferedTrace, decision: TraceDecision) -> Analysed:
         """Analyse a trace already exported (a verdict) and wait for it; raises what the analysis raised."""
-        job = _job(trace, decision)
+        job = _job(trace, decision, late=True)
         analysis = self._submit(job).result()
         return self._analysed(trace, analysis, late=True)
 
@@ -267,7 +297,7 @@ class AnalysisStage:
             with self._lock:
                 self._pending += 1
                 self._failed_pending += 1
-        job = _job(trace, decision, stored_row=job_row)
+        job = _job(trace, decision, stored_row=job_row, late=late)
         self._dispatcher.put(_Scheduled(trace, job, late, False, job_row))
 
     def _dispatch(self, batch: list[_Scheduled]) -> None:
@@ -299,7 +329,9 @@ class AnalysisStage:
 
     def _submit_many(self, jobs: tuple[AnalysisJob, ...]) -> Future[list[Analysis | Exception]]:
         if self._run_here is not None:
-            return self._pool.submit(pure.analyse_each, jobs, self._run_here, self._detector, self._jobs)
+            return self._pool.submit(
+                pure.analyse_each, jobs, self._run_here, self._detector, self._jobs, self._concluding_there
+            )
         return self._pool.submit(pure.run_jobs, jobs)
 
     def _observe(self, trace: BufferedTrace) -> None:
@@ -367,7 +399,8 @@ class AnalysisStage:
     def _analysed(
         self, trace: BufferedTrace, analysis: Analysis, *, late: bool, job_row: int = 0
     ) -> Analysed:
-        """The worker's analysis finished here: counted, weighed against the cross-run evidence, described."""
+        """The worker's analysis finished here: counted, and its blame concluded if the worker did not
+        (weighed against the cross-run evidence, described, written)."""
         trace_hex = trace.trace_id.hex()
         if analysis.status == NO_TRAJECTORY:
             self._counters.add("no_trajectory_traces")
@@ -388,15 +421,26 @@ class AnalysisStage:
             )
         if analysis.fell_back:
             self._counters.add("fallback_attributions")
-        attribution = analysis.attribution
-        if analysis.status == ATTRIBUTED and attribution is not None and analysis.trajectory is not None:
-            described = pure.describe(
-                analysis.trajectory, attribution, self._evidence(analysis), self._config.cross_run
+        blamed = analysis.blamed
+        if analysis.status == ATTRIBUTED and blamed is None:
+            assert analysis.trajectory is not None and analysis.attribution is not None
+            request = None
+            if not late:  # the trace's own spans carry the blame
+                request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
+            resource = Resource.FromString(analysis.resource) if analysis.resource else None
+            blamed = pure.conclude(
+                analysis.trajectory,
+                analysis.attribution,
+                self._evidence(analysis),
+                self._concluding,
+                late=late,
+                request=request,
+                resource=resource,
             )
-            if described.step != attribution.step:
+            if blamed.attribution.step != analysis.attribution.step:
                 self._counters.add("cross_run_changed_verdicts")
-            attribution = described
-        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late, job_row)
+        attribution = blamed.attribution if blamed is not None else None
+        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late, job_row, blamed)
 
     def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
         if self._cross_run is None or analysis.trajectory is None:
@@ -463,10 +507,15 @@ class _Scheduled:
 
 
 def _job(
-    trace: BufferedTrace, decision: TraceDecision, *, attribute: bool = True, stored_row: int = 0
+    trace: BufferedTrace,
+    decision: TraceDecision,
+    *,
+    attribute: bool = True,
+    stored_row: int = 0,
+    late: bool = False,
 ) -> AnalysisJob:
     if stored_row:  # the worker reads the payloads from the log
-        return AnalysisJob(trace.trace_id, (), (), decision, time.monotonic(), attribute, stored_row)
+        return AnalysisJob(trace.trace_id, (), (), decision, time.monotonic(), attribute, stored_row, late)
     return AnalysisJob(
         trace.trace_id,
         tuple(trace.span_payloads),
@@ -474,6 +523,7 @@ def _job(
         decision,
         time.monotonic(),
         attribute,
+        late=late,
     )
 
 

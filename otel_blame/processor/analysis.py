@@ -1,11 +1,17 @@
-"""The analysis of one trace, pure: parse -> trajectory -> attribute -> describe.
+"""The analysis of one trace, pure: parse -> trajectory -> attribute -> conclude.
 
 A function of the trace's payloads and its :class:`~otel_blame.processor.decision.TraceDecision`
-(plus, for describe, the cross-run evidence read by the caller): no I/O, no shared state, nothing
+(plus, to conclude, the cross-run evidence read by the caller): no I/O, no shared state, nothing
 of the processor's. That is what lets it run in worker processes, on every core: the analysis
 stage (:mod:`.analyser`) sends an :class:`AnalysisJob` to a worker, which runs :func:`run_job`
-(parse, trajectory, attribute) and sends back an :class:`Analysis`; the stage then reads the
-workflow's cross-run evidence and calls :func:`describe`.
+and sends back an :class:`Analysis`.
+
+:func:`conclude` finishes a blame: the attribution described (weighed against the cross-run
+evidence first, when there is any), written onto the trace's spans (or into one late ``blame
+{agent}`` span), and the trajectory redacted for the blame listeners. Without cross-run evidence
+to read, the worker concludes too (:class:`Concluding`), so the processor's own process, which
+receives, logs and exports, only keeps and sends what the worker made; with it, the stage reads
+the evidence and concludes.
 
 Whether a trace is blamed at all is decided in ONE place, :func:`blame_or_not`.
 """
@@ -32,8 +38,9 @@ from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_traje
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import AttributionConfig, CrossRunConfig, DetectionConfig
 from otel_blame.processor.decision import NOT_FAILED, FailureDetector, TraceDecision
+from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent
 from otel_blame.processor.jobs import StoredJobReader
-from otel_blame.redaction import Redactor
+from otel_blame.redaction import Redactor, redact_trajectory
 from otel_blame.trajectory import Outcome, Trajectory
 
 NO_TRAJECTORY, BUILT, ATTRIBUTED, UNATTRIBUTED = "no_trajectory", "built", "attributed", "unattributed"
@@ -50,6 +57,7 @@ class AnalysisJob:
     submitted_at: float  # time.monotonic() when queued: the attribution timeout counts from it
     attribute: bool = True  # False: the trajectory only (a success, for the cross-run statistics)
     stored_row: int = 0  # a deferred job: the payloads are in this write-ahead log row (:mod:`.jobs`)
+    late: bool = False  # the trace went out already: its blame is a late ``blame {agent}`` span
 
     def loaded(self, reader: StoredJobReader | None) -> AnalysisJob:
         """The job with its payloads (read from the log for a deferred job)."""
@@ -64,6 +72,25 @@ class AnalysisJob:
             log_payloads=(stored.log_payload,) if stored.log_payload else (),
             stored_row=0,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Blamed:
+    """A blame concluded (:func:`conclude`): what it writes and what its listeners see."""
+
+    attribution: Attribution  # described, cross-run weighed where there was evidence
+    payload: bytes  # the trace's spans with ``blame.*`` (an export request), or one late blame span
+    evaluation: EvaluationEvent | None  # the ``gen_ai.evaluation.result`` written, and where
+    listened: Trajectory  # the trajectory redacted: what blame listeners and the blame store see
+
+
+@dataclass(frozen=True, slots=True)
+class Concluding:
+    """What a worker needs to conclude a blame itself (when no cross-run evidence is read)."""
+
+    enricher: BlameEnricher
+    redactor: Redactor
+    cross_run: CrossRunConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +111,7 @@ class Analysis:
     problem_service: str | None = None
     fell_back: bool = False
     steps_named_by_service: int = 0  # steps whose agent nothing but the service named
+    blamed: Blamed | None = None  # concluded where it ran (``trajectory`` is then not sent back)
 
 
 def blame_or_not(
@@ -116,8 +144,14 @@ def as_failed(trajectory: Trajectory, decision: TraceDecision) -> Trajectory:
     return trajectory.model_copy(update=update)
 
 
-def analyse(job: AnalysisJob, runner: AttributionRunner | None, detector: FailureDetector) -> Analysis:
-    """Parse -> trajectory -> blame or not -> attribute (``runner`` None: never attribute)."""
+def analyse(
+    job: AnalysisJob,
+    runner: AttributionRunner | None,
+    detector: FailureDetector,
+    concluding: Concluding | None = None,
+) -> Analysis:
+    """Parse -> trajectory -> blame or not -> attribute (``runner`` None: never attribute) -> conclude
+    (with ``concluding``; else the caller concludes)."""
     request = ExportTraceServiceRequest.FromString(b"".join(job.span_payloads))
     logs = ExportLogsServiceRequest.FromString(b"".join(job.log_payloads)) if job.log_payloads else None
     try:
@@ -147,9 +181,42 @@ def analyse(job: AnalysisJob, runner: AttributionRunner | None, detector: Failur
     outcome = runner.attribute(trajectory, submitted_at=job.submitted_at)
     if outcome.attribution is None:
         return Analysis(UNATTRIBUTED, decision, problem=outcome.problem, fell_back=outcome.fell_back, **found)
+    if concluding is not None:
+        found["blamed"] = conclude(
+            trajectory,
+            outcome.attribution,
+            None,
+            concluding,
+            late=job.late,
+            request=request,
+            resource=resource,
+        )
+        found["trajectory"] = None  # what the processor needs of it is in ``blamed``
     return Analysis(
         ATTRIBUTED, decision, attribution=outcome.attribution, fell_back=outcome.fell_back, **found
     )
+
+
+def conclude(
+    trajectory: Trajectory,
+    attribution: Attribution,
+    evidence: CrossRunEvidence | None,
+    concluding: Concluding,
+    *,
+    late: bool,
+    request: ExportTraceServiceRequest | None,
+    resource: Resource | None,
+) -> Blamed:
+    """The blame finished: described (and weighed against the evidence), written onto the trace's
+    spans (``request``, changed in place; in time) or into a late ``blame {agent}`` span (``late``),
+    and the trajectory redacted for the listeners."""
+    described = describe(trajectory, attribution, evidence, concluding.cross_run)
+    if late or request is None:
+        payload, evaluation = concluding.enricher.late_blame_span(trajectory, described, resource)
+    else:
+        evaluation = concluding.enricher.enrich(request.resource_spans, trajectory, described)
+        payload = request.SerializeToString()
+    return Blamed(described, payload, evaluation, redact_trajectory(trajectory, concluding.redactor))
 
 
 def describe(
@@ -197,6 +264,7 @@ def _service(resource: Resource | None) -> str:
 _runner: AttributionRunner | None = None
 _detector: FailureDetector | None = None
 _jobs: StoredJobReader | None = None
+_concluding: Concluding | None = None
 
 
 def start_worker(
@@ -205,16 +273,19 @@ def start_worker(
     redactor: Redactor | None,
     processor_pid: int,
     wal_path: Path | None = None,
+    concluding: Concluding | None = None,
 ) -> None:
     """A worker process's initializer: a lower CPU priority (``worker_niceness``), its own attribution
-    method (and LLM client), the write-ahead log's file to read deferred jobs from, and a watch on
-    the processor: a worker outlives it by a second at most, even after ``kill -9``."""
-    global _runner, _detector, _jobs
+    method (and LLM client), the write-ahead log's file to read deferred jobs from, what it needs
+    to conclude a blame (None: the processor concludes), and a watch on the processor: a worker
+    outlives it by a second at most, even after ``kill -9``."""
+    global _runner, _detector, _jobs, _concluding
     if config.worker_niceness:
         os.nice(config.worker_niceness)
     _runner = AttributionRunner(config, redactor)
     _detector = FailureDetector(detection)
     _jobs = StoredJobReader(wal_path) if wal_path is not None else None
+    _concluding = concluding
     threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
 
 
@@ -232,20 +303,24 @@ def _exit_with(pid: int) -> None:
 def run_job(job: AnalysisJob) -> Analysis:
     """A worker process's task."""
     assert _detector is not None
-    return analyse(job.loaded(_jobs), _runner, _detector)
+    return analyse(job.loaded(_jobs), _runner, _detector, _concluding)
 
 
 def run_jobs(jobs: tuple[AnalysisJob, ...]) -> list[Analysis | Exception]:
     """A worker process's task of several jobs (one round trip)."""
     assert _detector is not None
-    return analyse_each(jobs, _runner, _detector, _jobs)
+    return analyse_each(jobs, _runner, _detector, _jobs, _concluding)
 
 
 def analyse_one(
-    job: AnalysisJob, runner: AttributionRunner | None, detector: FailureDetector, reader: StoredJobReader
+    job: AnalysisJob,
+    runner: AttributionRunner | None,
+    detector: FailureDetector,
+    reader: StoredJobReader,
+    concluding: Concluding | None = None,
 ) -> Analysis:
     """One job's analysis in a thread of the processor (its payloads read from the log if deferred)."""
-    return analyse(job.loaded(reader), runner, detector)
+    return analyse(job.loaded(reader), runner, detector, concluding)
 
 
 def analyse_each(
@@ -253,12 +328,13 @@ def analyse_each(
     runner: AttributionRunner | None,
     detector: FailureDetector,
     reader: StoredJobReader | None = None,
+    concluding: Concluding | None = None,
 ) -> list[Analysis | Exception]:
     """Each job's analysis, or what it raised (one bad trace does not fail the others)."""
     out: list[Analysis | Exception] = []
     for job in jobs:
         try:
-            out.append(analyse(job.loaded(reader), runner, detector))
+            out.append(analyse(job.loaded(reader), runner, detector, concluding))
         except Exception as error:
             out.append(error)
     return out

@@ -1,10 +1,12 @@
 """The last stage before the exporter: analysed traces in, spans (enriched or not) out, verdicts published.
 
 For each :class:`~otel_blame.processor.analyser.Analysed` item it forwards the trace as it arrived,
-or writes the blame onto its spans (:class:`~otel_blame.processor.enricher.BlameEnricher`) and
-exports those, or, for a trace that went out already, exports one late ``blame {agent}`` span
-(durable in the write-ahead log before it is sent); it keeps completed traces for late verdicts
-and publishes each trace's verdict to the listeners (:mod:`.listeners`).
+or exports its spans with the blame written onto them, or, for a trace that went out already,
+exports one late ``blame {agent}`` span (durable in the write-ahead log before it is sent): both
+made where the blame was concluded (:func:`~otel_blame.processor.analysis.conclude`, in the
+analysis worker as a rule). It keeps completed traces for late verdicts and publishes each
+trace's verdict to the listeners (:mod:`.listeners`), each blame's spans leaving only once the
+listeners that keep blames have it.
 
 Late blame spans of traces forwarded first (:mod:`.analyser`) come in bursts when a backlog
 drains; :class:`LateSpanWriter` stores all that wait in one log row (one fsync) and sends them as
@@ -20,16 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from otel_blame.attribution.result import Attribution
 from otel_blame.processor.analyser import Analysed, Handling
 from otel_blame.processor.assembler import BufferedTrace
 from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import EnrichmentConfig
 from otel_blame.processor.counters import Counters
-from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent, evaluation_log_request
+from otel_blame.processor.enricher import EvaluationEvent, evaluation_log_request
 from otel_blame.processor.exporter import LOGS, TRACES, ExportItem, OTLPExporter
 from otel_blame.processor.listeners import TraceVerdict, VerdictBus
 from otel_blame.processor.retention import RetainedTraces
@@ -56,7 +56,6 @@ class EnrichExportStage:
         wal: WriteAheadLog,
         exporter: OTLPExporter,
         retained: RetainedTraces,
-        enricher: BlameEnricher,
         bus: VerdictBus,
         counters: Counters,
     ) -> None:
@@ -64,7 +63,6 @@ class EnrichExportStage:
         self._wal = wal
         self._exporter = exporter
         self._retained = retained
-        self._enricher = enricher
         self._bus = bus
         self._counters = counters
         self._late_spans = LateSpanWriter(wal, exporter, counters)
@@ -96,15 +94,16 @@ class EnrichExportStage:
             self._forward(trace)
             self._retain(trace)
         else:
-            self._enrich_and_export(item, item.attribution)
+            self._export_blamed(item)
 
-    def _enrich_and_export(self, item: Analysed, attribution: Attribution) -> None:
-        trace, analysis = item.trace, item.analysis
-        assert analysis is not None and analysis.trajectory is not None
-        request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
-        evaluation = self._enricher.enrich(request.resource_spans, analysis.trajectory, attribution)
-        enriched = request.SerializeToString()
-        self._retained.keep(trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, attribution)
+    def _export_blamed(self, item: Analysed) -> None:
+        """The trace's spans with their blame, once the blame is kept."""
+        trace, analysis, blamed = item.trace, item.analysis, item.blamed
+        assert analysis is not None and blamed is not None
+        enriched, evaluation = blamed.payload, blamed.evaluation
+        self._retained.keep(
+            trace.trace_id, time.monotonic(), [enriched], trace.log_payloads, blamed.attribution
+        )
 
         def export() -> None:  # once the blame is kept
             self._exporter.consume(ExportItem(TRACES, enriched, trace.span_refs, trace.spans))
@@ -123,10 +122,10 @@ class EnrichExportStage:
         of late spans, and the blame is noted on the retained copy (a later verdict finds it).
         Otherwise (a verdict waiting for its answer) it is stored now, and the log's error raised
         when it cannot be (the verdict then asks to retry)."""
-        analysis, attribution = item.analysis, item.attribution
-        assert analysis is not None and analysis.trajectory is not None and attribution is not None
-        resource = Resource.FromString(analysis.resource) if analysis.resource else None
-        payload, evaluation = self._enricher.late_blame_span(analysis.trajectory, attribution, resource)
+        analysis, attribution, blamed = item.analysis, item.attribution, item.blamed
+        assert analysis is not None and attribution is not None and blamed is not None
+        payload, evaluation = blamed.payload, blamed.evaluation
+        assert evaluation is not None  # a late blame span always carries its evaluation
         trace_hex = item.trace.trace_id.hex()
         if remember:
             kept = self._retained.get(item.trace.trace_id, time.monotonic())
@@ -159,6 +158,7 @@ class EnrichExportStage:
                 workflow_service=analysis.workflow_service if analysis is not None else "",
                 trajectory=analysis.trajectory if analysis is not None else None,
                 attribution=item.attribution,
+                listened=item.blamed.listened if item.blamed is not None else None,
                 late=item.late,
                 finished_at_unix=time.time(),
                 replayed=item.trace.replayed,

@@ -43,7 +43,6 @@ from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import CrossRunConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
-from otel_blame.redaction import Redactor, redact_trajectory
 from otel_blame.trajectory import Outcome, Trajectory
 
 log = logging.getLogger(__name__)
@@ -78,6 +77,7 @@ class TraceVerdict:
     late: bool = False
     finished_at_unix: float = 0.0
     replayed: bool = False  # its trace (or deferred job) came back from the write-ahead log on start
+    listened: Trajectory | None = None  # with a blame: the trajectory redacted, for the blame listeners
 
     @property
     def failed(self) -> bool:
@@ -168,10 +168,10 @@ class CrossRunCounter:
 
 
 class BlameListeners:
-    """Queued: the blame listeners, each blame's trajectory redacted once for all of them."""
+    """Keeping: the blame listeners, called with each blame and its redacted trajectory (redacted
+    once for all of them, where the blame was concluded)."""
 
-    def __init__(self, redactor: Redactor) -> None:
-        self._redactor = redactor
+    def __init__(self) -> None:
         self.listeners: list[AttributionListener] = []
 
     def on_verdicts(self, verdicts: Sequence[TraceVerdict]) -> None:
@@ -181,14 +181,14 @@ class BlameListeners:
             FinishedAttribution(
                 trace_id=verdict.trace_id,
                 service=verdict.service,
-                trajectory=redact_trajectory(verdict.trajectory, self._redactor),
+                trajectory=verdict.listened,
                 attribution=verdict.attribution,
                 outcome=Outcome.FAILURE.value,
                 finished_at_unix=verdict.finished_at_unix,
                 late=verdict.late,
             )
             for verdict in verdicts
-            if verdict.attribution is not None and verdict.trajectory is not None
+            if verdict.attribution is not None and verdict.listened is not None
         ]
         if not finished:
             return

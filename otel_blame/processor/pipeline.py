@@ -106,7 +106,7 @@ class BlameProcessor:
         self._retained = RetainedTraces(config.verdicts)
         self._attachments: list[Attachment] = []
         self._routes: list[BaseRoute] = []
-        self._blame_listeners = BlameListeners(self._redactor)
+        self._blame_listeners = BlameListeners()
         self._wal: WriteAheadLog | None = None
         self._exporter: OTLPExporter | None = None
         self._notifier: WebhookNotifier | None = None
@@ -211,7 +211,6 @@ class BlameProcessor:
             wal=wal,
             exporter=exporter,
             retained=self._retained,
-            enricher=self._enricher,
             bus=bus,
             counters=self.counters,
         )
@@ -221,6 +220,7 @@ class BlameProcessor:
             counters=self.counters,
             redactor=self._redactor,
             wal=wal,
+            enricher=self._enricher,
             cross_run=self._cross_run,
         )
         self._late = LateVerdicts(
