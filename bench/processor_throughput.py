@@ -5,11 +5,17 @@ A load generator sends agent traces (10 spans each: a workflow root and nine age
 ``otel-blame serve`` running as a separate process; a counting OTLP/gRPC sink (another process)
 stands downstream. Reported: accepted spans/s, delivered spans (must equal accepted), p50/p99
 added latency of successful traces (from the server's acknowledgement to arrival downstream),
-and the processor's memory per buffered span (RSS growth over its idle size, divided by the
-spans it buffers, sampled every 0.5 s). When the Collector built by ``deploy/`` exists, the same
-load goes through ``otlp -> groupbytrace(wait=quiet period) -> otlp`` for comparison.
+the processor's memory per buffered span (RSS growth over its idle size, divided by the spans it
+buffers, sampled every 0.5 s), the CPU the server's processes used while the load ran (cores, and
+microseconds per accepted span), and for otel-blame how many log commits its requests shared
+(group commit).
 
-    .venv/bin/python bench/processor_throughput.py --duration 30
+When the Collector built by ``deploy/`` exists, the same load goes through it twice, right after
+ours: ``otlp -> groupbytrace(wait=quiet period) -> otlp`` with the exporter's queue in memory
+(acknowledged spans are lost in a crash), then with a persistent sending queue (``file_storage``,
+fsync on; the spans groupbytrace holds are still in memory only). Both ratios are printed.
+
+    .venv/bin/python bench/processor_throughput.py --duration 20 --paced-rate 20000
 """
 
 from __future__ import annotations
@@ -224,6 +230,24 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and every process below it, living ones only."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / _TICKS
+            for task in os.listdir(f"/proc/{current}/task"):
+                pending += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 class Server:
     name = ""
     pid = 0
@@ -287,6 +311,8 @@ class OtelBlameServer(Server):
             "assembly_overflow_traces",
             "assembly_oversized_traces",
             "fallback_attributions",
+            "log_appended_requests",
+            "log_append_commits",
         )
         metrics = self.metrics()
         return {key: int(metrics.get(f"otel_blame_processor_{key}_total", 0)) for key in wanted}
@@ -299,11 +325,21 @@ class OtelBlameServer(Server):
 class CollectorServer(Server):
     name = "OpenTelemetry Collector (otlp -> groupbytrace -> otlp)"
 
-    def __init__(self, binary: Path, sink_port: int, quiet: float, workdir: Path) -> None:
+    def __init__(
+        self, binary: Path, sink_port: int, quiet: float, workdir: Path, *, persistent: bool = False
+    ) -> None:
         port = _free_port()
         config = workdir / "collector.yaml"
+        storage, extensions, service_extensions = "", "", ""
+        if persistent:  # the queue on disk, each write fsynced: acknowledged spans survive past the exporter
+            self.name = "OpenTelemetry Collector, persistent queue (file_storage, fsync)"
+            storage = "\n      storage: file_storage"
+            queue = workdir / "queue"
+            queue.mkdir()
+            extensions = f"extensions:\n  file_storage:\n    directory: {queue}\n    fsync: true\n"
+            service_extensions = "\n  extensions: [file_storage]"
         config.write_text(
-            f"""receivers:
+            f"""{extensions}receivers:
   otlp:
     protocols:
       grpc:
@@ -319,8 +355,8 @@ exporters:
     tls:
       insecure: true
     sending_queue:
-      queue_size: 100000
-service:
+      queue_size: 100000{storage}
+service:{service_extensions}
   telemetry:
     metrics:
       level: none
@@ -332,17 +368,19 @@ service:
 """
         )
         self._process = subprocess.Popen(
-            [str(binary), "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [str(binary), "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         self.pid = self._process.pid
         self.endpoint = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self._process.poll() is None:
             with socket.socket() as probe:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     return
             time.sleep(0.1)
-        raise RuntimeError("the Collector did not start")
+        self._process.kill()
+        _, error = self._process.communicate(timeout=10)
+        raise RuntimeError(f"the Collector did not start: {error.decode(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
         self._process.send_signal(signal.SIGTERM)
@@ -358,6 +396,7 @@ def run(  # noqa: ANN001
     quiet: float,
     rate: float | None = None,
 ) -> dict:
+    load_before = os.getloadavg()[0]
     sink = CountingSink().start()
     workdir = Path(tempfile.mkdtemp(prefix="otel-blame-bench-"))
     server: Server = server_factory(sink.port, quiet, workdir)
@@ -403,6 +442,7 @@ def run(  # noqa: ANN001
 
         memory_samples: list[tuple[int, int]] = []
         threads = [threading.Thread(target=send, daemon=True) for _ in range(senders)]
+        cpu_before = _cpu_seconds(server.pid)
         started = time.monotonic()
         for thread in threads:
             thread.start()
@@ -412,6 +452,7 @@ def run(  # noqa: ANN001
             if buffered:
                 memory_samples.append((buffered, _rss_bytes(server.pid)))
         stop.set()
+        cpu_during, window = _cpu_seconds(server.pid) - cpu_before, time.monotonic() - started
         for thread in threads:
             thread.join(60)
         elapsed = time.monotonic() - started
@@ -440,6 +481,7 @@ def run(  # noqa: ANN001
     shutil.rmtree(workdir, ignore_errors=True)
     return {
         "server": server.name,
+        "load_average_before_after": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "offered_rate": rate or "as fast as accepted",
         "seconds": round(elapsed, 1),
         "accepted_spans": acked_spans,
@@ -457,6 +499,8 @@ def run(  # noqa: ANN001
         "memory_per_buffered_span_bytes": round(statistics.median(per_span)) if per_span else None,
         "idle_rss_mib": round(idle_rss / 2**20, 1),
         "end_rss_mib": round(peak_rss / 2**20, 1),
+        "server_cores_during_load": round(cpu_during / window, 2),
+        "server_cpu_us_per_accepted_span": round(cpu_during / max(1, acked_spans) * 1e6, 2),
         **counters,
     }
 
@@ -472,7 +516,10 @@ def main() -> None:
     parser.add_argument(
         "--collector", type=Path, default=COLLECTOR, help="the Collector binary for the baseline"
     )
-    parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--no-baseline", action="store_true", help="no Collector runs")
+    parser.add_argument(
+        "--no-persistent-baseline", action="store_true", help="skip the Collector with a persistent queue"
+    )
     parser.add_argument(
         "--paced-rate",
         type=float,
@@ -505,17 +552,24 @@ def main() -> None:
                 f"baseline skipped: no Collector at {args.collector} (build it with deploy/'s build script)"
             )
             continue
-        baseline = run(
-            lambda port, quiet, workdir: CollectorServer(args.collector, port, quiet, workdir),
-            args.duration,
-            args.senders,
-            args.traces_per_request,
-            args.quiet_period,
-            rate,
-        )
-        print(json.dumps(baseline, indent=2))
-        ratio = ours["accepted_spans_per_second"] / max(1, baseline["accepted_spans_per_second"])
-        print(f"otel-blame / Collector accepted-throughput ratio: {ratio:.2f}", flush=True)
+        for persistent in (False, True)[: 1 if args.no_persistent_baseline else 2]:
+            baseline = run(
+                lambda port, quiet, workdir, persistent=persistent: CollectorServer(
+                    args.collector, port, quiet, workdir, persistent=persistent
+                ),
+                args.duration,
+                args.senders,
+                args.traces_per_request,
+                args.quiet_period,
+                rate,
+            )
+            print(json.dumps(baseline, indent=2))
+            ratio = ours["accepted_spans_per_second"] / max(1, baseline["accepted_spans_per_second"])
+            delivered = ours["delivered_spans"] / max(1, baseline["delivered_spans"])
+            print(
+                f"otel-blame / {baseline['server']}: accepted {ratio:.2f}, delivered {delivered:.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -363,6 +363,8 @@ class BlameProcessor:
                 wal_bytes=self._wal.size_bytes,
                 wal_pending_rows=self._wal.pending_rows,
                 wal_failed_commits=self._wal.failed_commits,
+                log_appended_requests=self._wal.appended_rows,  # rows: requests, late spans, jobs
+                log_append_commits=self._wal.append_commits,  # fewer than rows: group commit
             )
         out.update(retained_traces=len(self._retained), retained_bytes=self._retained.size_bytes)
         return out

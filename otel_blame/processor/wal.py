@@ -122,6 +122,8 @@ class WriteAheadLog:
         self._closed = False
         self.commits = 0
         self.failed_commits = 0
+        self.append_commits = 0  # commits that stored appends (group commit: appended_rows / this)
+        self.appended_rows = 0
         self.rows_on_disk: int | None = None  # counted by close()
         self._writer = threading.Thread(target=self._write_loop, name="otel-blame-wal", daemon=True)
         self._writer.start()
@@ -520,6 +522,8 @@ class WriteAheadLog:
         self._appended(appends)
 
     def _appended(self, appends: list[_Append]) -> None:
+        self.append_commits += 1
+        self.appended_rows += len(appends)
         with self._lock:
             for item in appends:
                 self._sizes[item.row_id] = len(item.body)
