@@ -367,9 +367,11 @@ service:{service_extensions}
       exporters: [otlp]
 """
         )
-        self._process = subprocess.Popen(
-            [str(binary), "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        log = workdir / "collector.log"
+        with open(log, "wb") as output:  # a file, not a pipe: a full pipe would stall the Collector
+            self._process = subprocess.Popen(
+                [str(binary), "--config", str(config)], stdout=subprocess.DEVNULL, stderr=output
+            )
         self.pid = self._process.pid
         self.endpoint = f"127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -379,8 +381,8 @@ service:{service_extensions}
                     return
             time.sleep(0.1)
         self._process.kill()
-        _, error = self._process.communicate(timeout=10)
-        raise RuntimeError(f"the Collector did not start: {error.decode(errors='replace')[-2000:]}")
+        self._process.wait(10)
+        raise RuntimeError(f"the Collector did not start: {log.read_text(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
         self._process.send_signal(signal.SIGTERM)
