@@ -385,8 +385,14 @@ service:{service_extensions}
         raise RuntimeError(f"the Collector did not start: {log.read_text(errors='replace')[-2000:]}")
 
     def stop(self) -> None:
+        """SIGTERM; a Collector still draining (rejecting its queue into a stopped exporter, which a
+        persistent queue on a busy disk can take minutes to do) is killed after two minutes."""
         self._process.send_signal(signal.SIGTERM)
-        self._process.wait(60)
+        try:
+            self._process.wait(120)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(10)
 
 
 # -- one run ----------------------------------------------------------------------------------
