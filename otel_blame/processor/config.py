@@ -101,6 +101,13 @@ class ReceiversConfig(_Section):
     auth_token: SecretStr | None = Field(default=None, description="require 'Authorization: Bearer <token>'")
     tls: ServerTLSConfig | None = None
     grpc_workers: int = Field(default=16, ge=1, description="concurrent gRPC requests")
+    grpc_processes: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="processes of their own that receive OTLP/gRPC on the one port (SO_REUSEPORT), each "
+        "with its own log under wal.dir; 0 = in the processor's process",
+    )
     http_max_connections: int = Field(
         default=512,
         ge=1,

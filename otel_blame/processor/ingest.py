@@ -46,11 +46,13 @@ class Ingest:
         wal: WriteAheadLog,
         config: WALConfig,
         assembly: Consumer[ArrivedGroups],
-        exporter: OTLPExporter,
+        exporter: OTLPExporter | None,
         counters: Counters,
         root_failure: Callable[[Span], str | None],
-        resume: Callable[[bytes, TraceDecision, int], None],
+        resume: Callable[[bytes, TraceDecision, int], None] | None = None,
     ) -> None:
+        """``exporter`` and ``resume`` take the rows only the processor's own log holds (its late
+        spans and deferred jobs); a receiving process's log (:mod:`.shards`) has none."""
         self._wal = wal
         self._config = config
         self._assembly = assembly
@@ -118,6 +120,11 @@ class Ingest:
         """Deliver what a previous run acknowledged but did not deliver (at least once)."""
         for row in self._wal.recovered():
             self._counters.add("replayed_rows")
+            if row.kind in (KIND_DIRECT_TRACES, KIND_DIRECT_LOGS, KIND_ANALYSIS) and (
+                self._exporter is None or self._resume is None
+            ):
+                log.error("log row %d (%s) does not belong in this log; kept", row.row_id, row.kind)
+                continue
             if row.kind == KIND_DIRECT_TRACES:
                 self._wal.adopt(row, 1)
                 self._exporter.submit(TRACES, row.body, [row.row_id], count_spans(row.body))

@@ -23,6 +23,7 @@ web UI in this way (:mod:`otel_blame.commands.serve`); the processor itself know
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +58,7 @@ from otel_blame.processor.listeners import (
 )
 from otel_blame.processor.receivers import GRPCReceiver, HTTPReceiver
 from otel_blame.processor.retention import RetainedTraces
+from otel_blame.processor.shards import ReceivingProcesses
 from otel_blame.processor.wal import KIND_LOGS, KIND_TRACES, WriteAheadLog
 from otel_blame.redaction import Redactor
 
@@ -118,6 +120,7 @@ class BlameProcessor:
         self._stage: AssemblyStage | None = None
         self._ingest: Ingest | None = None
         self._grpc: GRPCReceiver | None = None
+        self._shards: ReceivingProcesses | None = None  # receiving processes (receivers.grpc_processes)
         self._http: HTTPReceiver | None = None
         self._started = False
         self.metrics.registry.register(ProcessorCollector(self.stats))
@@ -133,14 +136,29 @@ class BlameProcessor:
         if self._started:
             return self
         config = self.config
-        wal = self._wal = WriteAheadLog(config.wal.dir, config.wal.max_bytes, config.wal.reserve_bytes)
+        shared = None  # with receiving processes, wal.max_bytes bounds all their logs and this one together
+        if config.receivers.grpc_endpoint and config.receivers.grpc_processes:
+            shared = multiprocessing.get_context("forkserver").Value("q", 0)
+        wal = self._wal = WriteAheadLog(
+            config.wal.dir, config.wal.max_bytes, config.wal.reserve_bytes, shared=shared
+        )
         try:
             self._build(wal)
             assert self._ingest is not None
             assert self._analysis is not None
             self._analysis.wait_ready(timeout=60)
             self._ingest.replay()
-            if config.receivers.grpc_endpoint:
+            if shared is not None:
+                assert self._stage is not None
+                self._shards = ReceivingProcesses(
+                    config,
+                    config.receivers.grpc_processes,
+                    assembly=self._stage,
+                    release_own=wal.release,
+                    shared_bytes=shared,
+                )
+                self._shards.start()
+            elif config.receivers.grpc_endpoint:
                 self._grpc = GRPCReceiver(config.receivers.grpc_endpoint, config.receivers, self)
             if config.receivers.http_endpoint:
                 self._http = HTTPReceiver(
@@ -175,7 +193,7 @@ class BlameProcessor:
             if attached is not None:
                 self._attachments.append(attached)
         self._blame_listeners.listeners = listeners
-        exporter = self._exporter = OTLPExporter(config.exporter, wal.release)
+        exporter = self._exporter = OTLPExporter(config.exporter, self._delivered)
         if config.alerting.webhook is not None:
             self._notifier = WebhookNotifier(config.alerting.webhook)
         queued: list[VerdictListener] = []
@@ -253,19 +271,21 @@ class BlameProcessor:
         self._ingest.accepting = False
         if self._grpc is not None:
             self._grpc.stop(grace=min(2.0, max(0.0, deadline - time.monotonic())))
+        if self._shards is not None:  # returns once what they stored reached the assembler
+            self._shards.stop_receiving(grace=min(2.0, max(0.0, deadline - time.monotonic())))
         self._stage.stop()
         self._stage.drain()
         self._analysis.wait_idle(deadline)
         self._bus.wait_idle(deadline)
         self._export.wait_idle(deadline)
         self._exporter.flush(max(0.0, deadline - time.monotonic()))
+        shards = self._shards
         self._teardown()
-        delivered = self._wal.empty
+        delivered = self._wal.empty and (shards is None or shards.empty)
         self._started = False
-        log.info(
-            "otel-blame processor stopped (%s)",
-            "all delivered" if delivered else f"{self._wal.rows_on_disk} requests kept in the log",
-        )
+        kept = (self._wal.rows_on_disk or 0) + (shards.rows_left if shards is not None else 0)
+        outcome = "all delivered" if delivered else f"{kept} rows kept in the logs"
+        log.info("otel-blame processor stopped (%s)", outcome)
         return delivered
 
     def _teardown(self) -> None:
@@ -281,6 +301,9 @@ class BlameProcessor:
             self._export.close()
         if self._exporter is not None:
             self._exporter.close()
+        if self._shards is not None:  # after the exporter: the last releases reach them first
+            self._shards.close()
+            self._shards = None
         if self._notifier is not None:
             self._notifier.close(timeout=2)
         if self._wal is not None:
@@ -304,6 +327,8 @@ class BlameProcessor:
 
     @property
     def grpc_endpoint(self) -> str | None:
+        if self._shards is not None:
+            return self._shards.endpoint
         return self._grpc.endpoint if self._grpc is not None else None
 
     @property
@@ -328,7 +353,16 @@ class BlameProcessor:
         """A failure (or success) known only after the trace completed. Returns what was done (see docs)."""
         if not self.ready or self._late is None:
             raise NotAccepting("the processor is not accepting data right now")
+        if self._shards is not None:  # every span acknowledged so far is in the assembler first
+            self._shards.stats()
         return self._late.submit_verdict(trace_id, outcome, expected_output)
+
+    def _delivered(self, refs: list[int]) -> None:
+        """The exporter's deliveries: each log row released in the log that holds it."""
+        if self._shards is not None:
+            self._shards.release(refs)
+        elif self._wal is not None:
+            self._wal.release(refs)
 
     def _blame_kept(self, trace_id: str) -> bool:
         """Whether a blame of this trace is kept already (by a listener that keeps blames durably)."""
@@ -343,7 +377,9 @@ class BlameProcessor:
 
     # -- observability -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counters and gauges of every component, for tests, benchmarks and /metrics."""
+        """Counters and gauges of every component, for tests, benchmarks and /metrics (the receiving
+        processes asked first: what they acknowledged has reached the assembler by then)."""
+        from_shards = self._shards.stats() if self._shards is not None else {}
         out: dict[str, Any] = self.counters.snapshot()
         out.update({f"assembly_{key}": value for key, value in vars(self._assembler.stats()).items()})
         if self._analysis is not None:
@@ -367,6 +403,8 @@ class BlameProcessor:
                 log_append_commits=self._wal.append_commits,  # fewer than rows: group commit
             )
         out.update(retained_traces=len(self._retained), retained_bytes=self._retained.size_bytes)
+        for key, value in from_shards.items():  # what the receiving processes counted and hold
+            out[key] = out.get(key, 0) + value
         return out
 
     def render_metrics(self) -> tuple[bytes, str]:

@@ -33,8 +33,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +92,25 @@ class WALRow:
     body: bytes
 
 
-class WriteAheadLog:
-    """``append`` blocks until the row is durable; ``release`` counts acknowledged parts."""
+class SharedBytes(Protocol):
+    """The bytes several logs hold together, under one bound (a ``multiprocessing.Value('q')``:
+    the processor's log and those of its receiving processes, :mod:`.shards`)."""
 
-    def __init__(self, directory: Path, max_bytes: int, reserve_bytes: int = 0) -> None:
+    value: int
+
+    def get_lock(self) -> AbstractContextManager[Any]: ...
+
+
+class WriteAheadLog:
+    """``append`` blocks until the row is durable; ``release`` counts acknowledged parts.
+
+    ``max_bytes`` bounds this log's bytes, or with ``shared`` those of every log that shares it."""
+
+    def __init__(
+        self, directory: Path, max_bytes: int, reserve_bytes: int = 0, *, shared: SharedBytes | None = None
+    ) -> None:
         self.path = directory / "otel-blame-wal.sqlite"
+        self._shared = shared
         self.reserve_path = directory / "otel-blame-wal.reserve"
         self.max_bytes = max_bytes
         self.reserve_bytes = reserve_bytes
@@ -109,6 +125,7 @@ class WriteAheadLog:
         except (OSError, sqlite3.Error) as error:
             raise OSError(f"cannot open the write-ahead log {self.path}: {error}") from None
         self._bytes = int(row[0])
+        self._count_shared(self._bytes)
         self.recovered_rows = int(row[1])
         self._recover_up_to = int(row[2])
         self._reserve_held = not reserve_bytes
@@ -313,8 +330,7 @@ class WriteAheadLog:
         with self._lock:
             if self._closed:
                 raise WALClosed("write-ahead log is closed")
-            if self._bytes + len(body) > self.max_bytes and self._bytes > 0:
-                raise WALFull(f"write-ahead log holds {self._bytes} bytes (bound {self.max_bytes})")
+            self._take(len(body))
             self._bytes += len(body)
         item = _Append(kind, body, parts, then=then)
         self._queue.put(item)
@@ -418,6 +434,7 @@ class WriteAheadLog:
             with self._lock:
                 for item in appends:
                     self._bytes -= len(item.body)
+            self._count_shared(-sum(len(item.body) for item in appends))
             for item in appends:
                 item.error = error
         self._finished(appends)
@@ -483,9 +500,30 @@ class WriteAheadLog:
     def _deleted(self, row_ids: list[int]) -> None:
         gone = set(row_ids)
         self._deletes_pending[:] = [row_id for row_id in self._deletes_pending if row_id not in gone]
+        freed = 0
         with self._lock:
             for row_id in row_ids:
-                self._bytes -= self._sizes.pop(row_id, 0)
+                freed += self._sizes.pop(row_id, 0)
+            self._bytes -= freed
+        self._count_shared(-freed)
+
+    def _take(self, size: int) -> None:
+        """Count ``size`` more bytes, or raise WALFull past the bound (a log holding nothing takes
+        any one request, so that a request bigger than the bound is not refused forever)."""
+        if self._shared is None:
+            if self._bytes + size > self.max_bytes and self._bytes > 0:
+                raise WALFull(f"write-ahead log holds {self._bytes} bytes (bound {self.max_bytes})")
+            return
+        with self._shared.get_lock():
+            held = self._shared.value
+            if held + size > self.max_bytes and held > 0:
+                raise WALFull(f"the write-ahead logs hold {held} bytes (bound {self.max_bytes})")
+            self._shared.value = held + size
+
+    def _count_shared(self, delta: int) -> None:
+        if self._shared is not None and delta:
+            with self._shared.get_lock():
+                self._shared.value += delta
 
     # Each statement lets go of the GIL while SQLite works and must take it back after: in a busy
     # processor that wait, not the fsync, is what a commit took (a convoy behind the threads that

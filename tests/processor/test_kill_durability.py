@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -89,8 +90,12 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def _log_rows(wal: Path, kind: str) -> int:
-    with sqlite3.connect(wal / WAL_FILE) as log:
-        return int(log.execute("SELECT COUNT(*) FROM requests WHERE kind = ?", (kind,)).fetchone()[0])
+    """Rows of a kind in every log under the directory (the processor's, its receiving processes')."""
+    rows = 0
+    for path in wal.glob(f"**/{WAL_FILE}"):
+        with contextlib.closing(sqlite3.connect(path)) as log:
+            rows += int(log.execute("SELECT COUNT(*) FROM requests WHERE kind = ?", (kind,)).fetchone()[0])
+    return rows
 
 
 def _late_blames(sink: RecordingOTLPSink) -> set[str]:

@@ -29,10 +29,12 @@ TRACE_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 def _rows(wal_dir: Path) -> int:
-    with contextlib.closing(
-        sqlite3.connect(f"file:{wal_dir / 'otel-blame-wal.sqlite'}?mode=ro", uri=True)
-    ) as db:
-        return int(db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+    """Rows in every log under the directory (the processor's, and its receiving processes')."""
+    rows = 0
+    for path in wal_dir.glob("**/otel-blame-wal.sqlite"):
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            rows += int(db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+    return rows
 
 
 def _export(endpoint: str, spans) -> None:  # noqa: ANN001

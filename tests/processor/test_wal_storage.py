@@ -72,8 +72,12 @@ def _export(endpoint: str, body: bytes) -> grpc.RpcError | None:
 
 
 def _rows_on_disk(wal_dir: Path) -> int:
-    with contextlib.closing(sqlite3.connect(wal_dir / "otel-blame-wal.sqlite")) as db:
-        return int(db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+    """Rows in every log under the directory (the processor's, and its receiving processes')."""
+    rows = 0
+    for path in wal_dir.glob("**/otel-blame-wal.sqlite"):
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            rows += int(db.execute("SELECT COUNT(*) FROM requests").fetchone()[0])
+    return rows
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float = 30) -> bool:

@@ -67,7 +67,10 @@ def _retry_details(message: str, retry_after: int) -> bytes:
 
 
 class GRPCReceiver:
-    def __init__(self, endpoint: str, config: ReceiversConfig, handler: IngestHandler) -> None:
+    def __init__(
+        self, endpoint: str, config: ReceiversConfig, handler: IngestHandler, *, share_port: bool = False
+    ) -> None:
+        """``share_port``: other processes bind the same endpoint (``SO_REUSEPORT``, :mod:`..shards`)."""
         self._config = config
         self._handler = handler
         self._token = config.auth_token.get_secret_value().encode() if config.auth_token else None
@@ -76,6 +79,7 @@ class GRPCReceiver:
             options=[
                 ("grpc.max_receive_message_length", config.max_request_bytes),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 1 if share_port else 0),
             ],
             maximum_concurrent_rpcs=config.grpc_workers * 4,
         )
