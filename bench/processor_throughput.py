@@ -265,13 +265,24 @@ class Server:
 class OtelBlameServer(Server):
     name = "otel-blame serve"
 
-    def __init__(self, sink_port: int, quiet: float, workdir: Path, retention: bool, *, store: bool) -> None:
+    def __init__(
+        self,
+        sink_port: int,
+        quiet: float,
+        workdir: Path,
+        retention: bool,
+        *,
+        store: bool,
+        grpc_processes: int | None = None,
+    ) -> None:
         port = _free_port()
         env = {
             **os.environ,
             "OTEL_BLAME_ASSEMBLY__MAX_TRACES": os.environ.get("OTEL_BLAME_ASSEMBLY__MAX_TRACES", "100000"),
             "OTEL_BLAME_SHUTDOWN_TIMEOUT": "30",
         }
+        if grpc_processes is not None:
+            env["OTEL_BLAME_RECEIVERS__GRPC_PROCESSES"] = str(grpc_processes)
         if not store:
             env["OTEL_BLAME_STORE__ENABLED"] = "false"
         if not retention:
@@ -421,9 +432,11 @@ def run(  # noqa: ANN001
         def send() -> None:
             nonlocal acked_spans, acked_failed, refused
             factory = RequestFactory(traces_per_request)
-            with grpc.insecure_channel(
-                server.endpoint, options=[("grpc.max_send_message_length", 64 << 20)]
-            ) as ch:
+            options = [  # a connection of its own (channels to one target share one otherwise)
+                ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.use_local_subchannel_pool", 1),
+            ]
+            with grpc.insecure_channel(server.endpoint, options=options) as ch:
                 call = ch.unary_unary(TRACE_EXPORT, request_serializer=None, response_deserializer=None)
                 body, traces = factory.build()
                 interval = traces_per_request * SPANS_PER_TRACE * senders / rate if rate else 0.0
@@ -522,6 +535,12 @@ def main() -> None:
     parser.add_argument("--retention", action="store_true", help="keep completed traces for late verdicts")
     parser.add_argument("--no-store", action="store_true", help="serve without its blame store (SQLite)")
     parser.add_argument(
+        "--grpc-processes",
+        type=int,
+        default=None,
+        help="serve's receiving processes (receivers.grpc_processes; 0: none, serve's own process receives)",
+    )
+    parser.add_argument(
         "--collector", type=Path, default=COLLECTOR, help="the Collector binary for the baseline"
     )
     parser.add_argument("--no-baseline", action="store_true", help="no Collector runs")
@@ -544,7 +563,12 @@ def main() -> None:
     for rate in runs:
         ours = run(
             lambda port, quiet, workdir: OtelBlameServer(
-                port, quiet, workdir, args.retention, store=not args.no_store
+                port,
+                quiet,
+                workdir,
+                args.retention,
+                store=not args.no_store,
+                grpc_processes=args.grpc_processes,
             ),
             args.duration,
             args.senders,
