@@ -6,7 +6,8 @@ A load generator sends agent traces (10 spans each: a workflow root and nine age
 stands downstream. Reported: accepted spans/s, delivered spans (must equal accepted), p50/p99
 added latency of successful traces (from the server's acknowledgement to arrival downstream),
 the processor's memory per buffered span (RSS growth over its idle size, divided by the spans it
-buffers, sampled every 0.5 s), the CPU the server's processes used while the load ran (cores, and
+buffers, sampled every 0.5 s; and the RSS growth at the end of the load divided by the most spans
+it buffered at once), the CPU the server's processes used while the load ran (cores, and
 microseconds per accepted span), and for otel-blame how many log commits its requests shared
 (group commit).
 
@@ -518,6 +519,11 @@ def run(  # noqa: ANN001
         "latency_p99_seconds": round(latencies[int(len(latencies) * 0.99) - 1], 3) if latencies else None,
         "peak_buffered_spans": max((b for b, _ in memory_samples), default=0),
         "memory_per_buffered_span_bytes": round(statistics.median(per_span)) if per_span else None,
+        # RSS only grows (freed memory stays with the process) while the buffer swings with the
+        # completions: the growth at the end of the load over the most spans buffered at once
+        "memory_per_span_at_peak_bytes": (
+            round((peak_rss - idle_rss) / max(b for b, _ in memory_samples)) if memory_samples else None
+        ),
         "idle_rss_mib": round(idle_rss / 2**20, 1),
         "end_rss_mib": round(peak_rss / 2**20, 1),
         "server_cores_during_load": round(cpu_during / window, 2),

@@ -37,7 +37,7 @@ class Route(StrEnum):
     OVERFLOW = "overflow"  # the whole trace (returned) goes on now, unattributed
 
 
-@dataclass
+@dataclass(slots=True)
 class BufferedTrace:
     trace_id: bytes
     first_seen: float
