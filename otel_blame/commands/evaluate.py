@@ -14,12 +14,14 @@ from otel_blame.commands.options import (
     base_url_option,
     build_method,
     cache_option,
+    escalation_option,
     ground_truth_option,
     method_option,
     model_option,
 )
 
 if TYPE_CHECKING:
+    from otel_blame.attribution.registry import Escalation
     from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
 
 
@@ -76,6 +78,7 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
 @base_url_option
 @ground_truth_option
 @cache_option
+@escalation_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset.")
 @click.option(
     "--out",
@@ -92,6 +95,7 @@ def eval_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    escalation: Escalation,
     limit: int | None,
     out_path: Path,
 ) -> None:
@@ -110,7 +114,7 @@ def eval_command(
         files = select_files(dataset_dir, subsets or SUBSETS, limit)
     except FileNotFoundError as error:
         raise click.ClickException(str(error)) from None
-    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with out_path.open("w", encoding="utf-8") as out:
@@ -123,7 +127,7 @@ def eval_command(
 
         with click.progressbar(
             files,
-            label=f"{method_name}",
+            label=method.name,
             file=sys.stderr,
             show_pos=True,
             item_show_func=lambda p: p and p.name,
