@@ -22,6 +22,7 @@ from otel_blame.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from otel_blame.attribution.base import AttributionMethod
     from otel_blame.attribution.registry import Escalation
     from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
 
@@ -110,9 +111,8 @@ def eval_command(
     from otel_blame.bench.trail import is_trail_dataset
 
     if is_trail_dataset(dataset_dir):
-        _eval_trail(
-            dataset_dir, subsets, method_name, model, base_url, with_ground_truth, cache_dir, limit, out_path
-        )
+        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
+        _eval_trail(dataset_dir, subsets, method, limit, out_path)
         return
     unknown = [subset for subset in subsets if subset not in SUBSETS]
     if unknown:
@@ -165,15 +165,7 @@ def eval_command(
 
 
 def _eval_trail(
-    dataset_dir: Path,
-    subsets: tuple[str, ...],
-    method_name: str,
-    model: str | None,
-    base_url: str | None,
-    with_ground_truth: bool,
-    cache_dir: Path | None,
-    limit: int | None,
-    out_path: Path,
+    dataset_dir: Path, subsets: tuple[str, ...], method: AttributionMethod, limit: int | None, out_path: Path
 ) -> None:
     """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
     error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
@@ -196,7 +188,7 @@ def _eval_trail(
         files = [path for path in files if path.name.split("-", 1)[0] in subsets]
         if not files:
             raise click.ClickException(f"no traces of subset {', '.join(subsets)} under {dataset_dir}/traces")
-    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    method_name = method.name
     out_path.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with out_path.open("w", encoding="utf-8") as out:
