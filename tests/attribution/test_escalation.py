@@ -30,12 +30,6 @@ def decided_threshold(monkeypatch):
     return lambda threshold: set_decided_threshold(monkeypatch, threshold)
 
 
-@pytest.fixture(autouse=True)
-def no_endpoint_in_the_environment(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-
-
 def asked_step(request: dict) -> int:
     text = "\n".join(m["content"] for m in request["messages"] if m["role"] != "system")
     return int(re.search(r"Check of candidate step (\d+)", text).group(1))

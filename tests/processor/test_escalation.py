@@ -27,12 +27,6 @@ SECRET = "Ab3_dE-fGh1_jK2-lMn3_oP4-qRs5"
 CONFIRM = json.dumps({"decisive": True, "confidence": 0.9, "reason": "the made-up value"})
 
 
-@pytest.fixture(autouse=True)
-def no_endpoint_in_the_environment(monkeypatch):
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-
-
 def _llm(base_url: str) -> dict:
     return {"base_url": base_url, "api_key": "sk-test-000000000000000000000", "model": "m",
             "max_retries": 1, "backoff_seconds": 0.0}  # fmt: skip
