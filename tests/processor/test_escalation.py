@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -17,7 +18,7 @@ from otel_blame.processor.attributor import AttributionRunner, uses_llm
 from otel_blame.processor.config import AttributionConfig, ConfigError, load_config
 from otel_blame.processor.pipeline import BlameProcessor
 from otel_blame.redaction import Redactor
-from tests.support import ScriptedLLM
+from tests.support import Reply, ScriptedLLM
 from tests.support.decided import ALWAYS_DECIDED, NEVER_DECIDED, set_decided_threshold
 
 from .conftest import processor_overrides
@@ -97,6 +98,19 @@ def test_a_down_endpoint_keeps_the_offline_verdict_as_a_counted_fallback(monkeyp
     assert outcome.fell_back and outcome.attribution is not None
     assert outcome.attribution.method == "heuristic(fallback:guided_check)"
     assert "APIConnectionError" in (outcome.problem or "") and not outcome.attribution.decided
+
+
+def test_an_llm_past_the_deadline_keeps_the_offline_verdict(monkeypatch) -> None:  # noqa: ANN001
+    set_decided_threshold(monkeypatch, NEVER_DECIDED)
+    with ScriptedLLM([], default=Reply(content=CONFIRM, delay_seconds=30.0)) as server:
+        config = AttributionConfig(method="heuristic", llm=_llm(server.base_url), timeout=0.5)
+        started = time.monotonic()
+        outcome = AttributionRunner(config).attribute(_failed_run())
+        waited = time.monotonic() - started
+    assert outcome.fell_back and outcome.attribution is not None
+    assert outcome.attribution.method == "heuristic(fallback:guided_check)"
+    assert "deadline" in outcome.attribution.reason and server.calls == 1
+    assert waited < 15  # cut short by the 0.5 s deadline, not the 30 s answer (a margin for load)
 
 
 def test_the_calibration_maps_offline_verdicts_only(monkeypatch, tmp_path) -> None:  # noqa: ANN001
