@@ -17,6 +17,7 @@ from otel_blame.commands.options import (
     base_url_option,
     build_method,
     cache_option,
+    escalation_option,
     ground_truth_option,
     method_option,
     model_option,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from otel_blame.attribution.decision import BlameDecision
+    from otel_blame.attribution.registry import Escalation
     from otel_blame.attribution.result import Attribution
     from otel_blame.loaders import Annotation, SavedRun
     from otel_blame.trajectory import Trajectory
@@ -225,6 +227,7 @@ def _print_table(
 @base_url_option
 @ground_truth_option
 @cache_option
+@escalation_option
 @click.option(
     "--assume-failed",
     is_flag=True,
@@ -256,6 +259,7 @@ def attribute_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    escalation: Escalation,
     assume_failed: bool,
     recompute: bool,
     output_format: str,
@@ -276,6 +280,7 @@ def attribute_command(
 
     from otel_blame.attribution.base import AttributionError
     from otel_blame.attribution.decision import blame_decision
+    from otel_blame.attribution.registry import is_llm_method
     from otel_blame.trajectory import Outcome
 
     fmt = "json" if as_json else output_format
@@ -292,9 +297,11 @@ def attribute_command(
     if run.recorded is not None and not recompute:
         attribution, recorded, scores = run.recorded, True, dict(run.recorded_scores)
     elif decision.blame or forced:
-        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+        method = build_method(
+            method_name, model, base_url, with_ground_truth, cache_dir, escalation, for_llm=_redacted
+        )
         failed = trajectory.model_copy(update={"outcome": Outcome.FAILURE})
-        given = _redacted_for(method_name, failed)
+        given = _redacted(failed) if is_llm_method(method_name) else failed
         try:
             if progress:
                 with stderr.status(f"attributing {len(failed.steps)} steps with {method_name}"):
@@ -315,12 +322,8 @@ def attribute_command(
         click.echo(f"{decision.why} Attributed anyway (--assume-failed).", err=fmt == "json")
 
 
-def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
-    """What leaves the machine for an LLM method is redacted, as in the processor."""
-    from otel_blame.attribution.registry import is_llm_method
-
-    if not is_llm_method(method_name):
-        return trajectory
+def _redacted(trajectory: Trajectory) -> Trajectory:
+    """What leaves the machine for an LLM is redacted, as in the processor."""
     from otel_blame.redaction import Redactor, redact_trajectory
 
     return redact_trajectory(trajectory, Redactor())

@@ -15,12 +15,15 @@ from otel_blame.commands.options import (
     base_url_option,
     build_method,
     cache_option,
+    escalation_option,
     ground_truth_option,
     method_option,
     model_option,
 )
 
 if TYPE_CHECKING:
+    from otel_blame.attribution.base import AttributionMethod
+    from otel_blame.attribution.registry import Escalation
     from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
 
 
@@ -82,6 +85,7 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
 @base_url_option
 @ground_truth_option
 @cache_option
+@escalation_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset.")
 @click.option(
     "--out",
@@ -98,6 +102,7 @@ def eval_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    escalation: Escalation,
     limit: int | None,
     out_path: Path,
 ) -> None:
@@ -106,9 +111,8 @@ def eval_command(
     from otel_blame.bench.trail import is_trail_dataset
 
     if is_trail_dataset(dataset_dir):
-        _eval_trail(
-            dataset_dir, subsets, method_name, model, base_url, with_ground_truth, cache_dir, limit, out_path
-        )
+        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
+        _eval_trail(dataset_dir, subsets, method, limit, out_path)
         return
     unknown = [subset for subset in subsets if subset not in SUBSETS]
     if unknown:
@@ -130,7 +134,7 @@ def eval_command(
         files = select_files(dataset_dir, subsets or SUBSETS, limit)
     except FileNotFoundError as error:
         raise click.ClickException(str(error)) from None
-    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with out_path.open("w", encoding="utf-8") as out:
@@ -143,7 +147,7 @@ def eval_command(
 
         with click.progressbar(
             files,
-            label=f"{method_name}",
+            label=method.name,
             file=sys.stderr,
             show_pos=True,
             item_show_func=lambda p: p and p.name,
@@ -161,15 +165,7 @@ def eval_command(
 
 
 def _eval_trail(
-    dataset_dir: Path,
-    subsets: tuple[str, ...],
-    method_name: str,
-    model: str | None,
-    base_url: str | None,
-    with_ground_truth: bool,
-    cache_dir: Path | None,
-    limit: int | None,
-    out_path: Path,
+    dataset_dir: Path, subsets: tuple[str, ...], method: AttributionMethod, limit: int | None, out_path: Path
 ) -> None:
     """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
     error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
@@ -192,7 +188,7 @@ def _eval_trail(
         files = [path for path in files if path.name.split("-", 1)[0] in subsets]
         if not files:
             raise click.ClickException(f"no traces of subset {', '.join(subsets)} under {dataset_dir}/traces")
-    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    method_name = method.name
     out_path.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with out_path.open("w", encoding="utf-8") as out:

@@ -37,6 +37,7 @@ from otel_blame import semconv as sc
 from otel_blame.alerting.repeated import RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
+from otel_blame.attribution.registry import DEFAULT_ESCALATION, Escalation
 
 ENV_PREFIX = "OTEL_BLAME_"
 MiB = 1024 * 1024
@@ -161,6 +162,12 @@ class DetectionConfig(_Section):
 class AttributionConfig(_Section):
     method: str = Field(default="heuristic", description="see `otel-blame attribute --help` for names")
     fallback_method: str = Field(default="heuristic", description="used when the method errs or times out")
+    escalation: Escalation = Field(
+        default=DEFAULT_ESCALATION,
+        description="with an LLM endpoint configured, which verdicts of an offline method go to the LLM "
+        "(guided_check, judging only the offline candidates): never, undecided (decided verdicts spend no "
+        "tokens) or always; without an endpoint, undecided does nothing and always stops the start",
+    )
     workers: int | None = Field(
         default=None,
         ge=1,
