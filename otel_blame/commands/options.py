@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES
+from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, OFFLINE_METHOD_NAMES
 
 if TYPE_CHECKING:
     from otel_blame.attribution.base import AttributionMethod
@@ -18,7 +18,7 @@ method_option = click.option(
     type=click.Choice(METHOD_NAMES),
     default=DEFAULT_METHOD,
     show_default=True,
-    help="Attribution method; 'heuristic' needs no LLM.",
+    help=f"Attribution method; the offline ones ({', '.join(OFFLINE_METHOD_NAMES)}) need no LLM.",
 )
 model_option = click.option("--model", default=None, help="LLM model (default: $OTEL_BLAME_MODEL or gpt-4o).")
 base_url_option = click.option(
