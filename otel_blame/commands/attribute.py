@@ -34,31 +34,28 @@ LARGE_FILE_BYTES = 5 * 1024 * 1024
 _GENERIC_ROLES = {"assistant", "user", "system", "tool", "function", "human", "ai"}
 # the kind column's short names, so the step table fits 80 columns
 _KIND_SHORT = {"message": "msg", "tool": "tool", "code_execution": "code"}
-CULPRIT_MARK, ANNOTATED_MARK = "►", "◆"
+CULPRIT_MARK, CANDIDATE_MARK, ANNOTATED_MARK = "►", "?", "◆"
 
 
 def annotation_matches(annotation: Annotation, attribution: Attribution | None) -> dict[str, bool | None]:
-    """Whether the verdict's agent and step are the file's known answer (None: nothing to compare)."""
+    """Whether the verdict's agent and step are the file's known answer (None: nothing to compare);
+    agent names compared case- and space-insensitively."""
+    from otel_blame.attribution.known_answer import same_agent
+
     if attribution is None:
         return {"agent_matches": None, "step_matches": None}
-    agent = None if annotation.agent is None else annotation.agent == attribution.agent
+    agent = None if annotation.agent is None else same_agent(annotation.agent, attribution.agent)
     step = None if annotation.step is None else annotation.step == attribution.step
     return {"agent_matches": agent, "step_matches": step}
 
 
 def annotation_verdict(annotation: Annotation, attribution: Attribution | None) -> tuple[str, str]:
     """(``agent and step match`` …, a style word: good, partial, bad, none) for the annotation line."""
+    from otel_blame.attribution.known_answer import compare
+
     if attribution is None:
         return "", "none"
-    verdict = annotation_matches(annotation, attribution)
-    agent_ok, step_ok = verdict["agent_matches"], verdict["step_matches"]
-    if agent_ok and step_ok:
-        return "agent and step match", "good"
-    if agent_ok:
-        return "agent matches, step does not", "partial"
-    if step_ok:
-        return "step matches, agent does not", "partial"
-    return "does not match", "bad"
+    return compare(annotation.agent, annotation.step, attribution.agent, attribution.step)
 
 
 def _verdict_json(
@@ -75,6 +72,14 @@ def _verdict_json(
     )
     out["outcome"] = trajectory.outcome.value
     out["blamed"] = attribution is not None
+    if attribution is not None:
+        from otel_blame.attribution.decision import undecided_sentence
+
+        out["verdict"] = (
+            f"{attribution.agent} at step {attribution.step}"
+            if attribution.decided
+            else undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
+        )
     out["decision"] = decision.model_dump(mode="json")
     out["recorded"] = recorded
     out["steps"] = [
@@ -103,13 +108,21 @@ def _mode_text(attribution: Attribution) -> str:
     return f"{attribution.failure_mode} (MAST {known[0]})" if known else attribution.failure_mode
 
 
-def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool) -> list[tuple[str, Any]]:
-    """(label, text) lines of the verdict: who, where, why, how, and the known answer when given."""
+def _verdict_rows(
+    run: SavedRun, decision: BlameDecision, attribution: Attribution | None, recorded: bool, forced: bool
+) -> list[tuple[str, Any]]:
+    """(label, text) lines of the verdict, first thing printed: who and where (or "Undecided: …"),
+    why, how; for a run not blamed, why not; and the known answer when the file gives one."""
     from rich.text import Text
+
+    from otel_blame.attribution.decision import undecided_sentence
 
     trajectory = run.trajectory
     rows: list[tuple[str, Any]] = []
-    if attribution is not None:
+    if attribution is None:
+        hint = " Pass --assume-failed to blame a step anyway." if trajectory.steps else ""
+        rows.append(("verdict", Text(decision.why + hint, style="bold")))
+    else:
         role = trajectory.steps[attribution.step].role if attribution.step < len(trajectory.steps) else None
         shown_role = role and role != attribution.agent and role.lower() not in _GENERIC_ROLES
         step_text = f"{attribution.step}" + (f"  ({role})" if shown_role else "")
@@ -122,11 +135,20 @@ def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool
             else ""
         )
         cross_run = attribution.cross_run_suspiciousness
+        if attribution.decided:
+            named: list[tuple[str, Any]] = [
+                ("agent", Text(attribution.agent, style="bold red")),
+                ("step", step_text),
+            ]
+            reason: Any = attribution.reason
+        else:
+            sentence = undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
+            named = [("verdict", Text(sentence, style="bold yellow"))]
+            reason = Text.assemble(("the first candidate: ", "dim"), attribution.reason)
         for label, value in (
-            ("agent", attribution.agent),
-            ("step", step_text),
+            *named,
             ("confidence", f"{attribution.confidence:.2f}"),
-            ("reason", attribution.reason),
+            ("reason", reason),
             ("method", attribution.method + model),
             ("category", _category_text(attribution)),
             ("mode", _mode_text(attribution)),
@@ -135,6 +157,8 @@ def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool
         ):
             if value:
                 rows.append((label, value))
+        if forced:
+            rows.append(("", Text(decision.blamed_anyway() + " (--assume-failed)", style="dim")))
         if recorded:
             note = "blame recorded in the file by the processor (blame.*); --recompute attributes it again"
             rows.append(("", Text(note, style="dim")))
@@ -146,7 +170,7 @@ def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool
             style = {"good": "green", "partial": "yellow", "bad": "red"}[quality]
             rows.append(("annotation", Text.assemble(f"{known}: the verdict ", (said, style))))
         else:
-            rows.append(("annotation", known))
+            rows.append(("annotation", f"{known} (the file's known mistake; nothing blamed to compare)"))
     return rows
 
 
@@ -160,17 +184,22 @@ def _excerpt(text: str) -> str:
 
 def _print_table(
     run: SavedRun,
+    decision: BlameDecision,
     attribution: Attribution | None,
     recorded: bool,
+    forced: bool,
     scores: dict[int, float],
     file: Path,
 ) -> None:
-    """The verdict, then one row per step; the content column takes what the others leave, so
-    the table reads at 80 columns (short kind names, marks in the step column, no vertical rules)."""
+    """The verdict first (who, or why nobody), then one row per step; the content column takes what
+    the others leave, so the table reads at 80 columns (short kind names, marks in the step column,
+    agent names whole up to what the width allows and then cut at a word, no vertical rules)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from otel_blame.terminal import fit_name
 
     console = Console(highlight=False, soft_wrap=False)
     trajectory = run.trajectory
@@ -178,31 +207,39 @@ def _print_table(
     verdict = Table.grid(padding=(0, 1))
     verdict.add_column(no_wrap=True, min_width=11, style="bold")
     verdict.add_column()  # long reasons wrap under themselves, not under the labels
-    for label, value in [("outcome", trajectory.outcome.value), *_verdict_rows(run, attribution, recorded)]:
+    rows = [
+        ("outcome", trajectory.outcome.value),
+        *_verdict_rows(run, decision, attribution, recorded, forced),
+    ]
+    for label, value in rows:
         verdict.add_row(f"{label}:" if label else "", value)
     console.print(verdict)
     table = Table(
         title="steps", title_justify="left", expand=True, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1)
     )
-    widest_agent = max((len(step.agent) for step in trajectory.steps), default=5)
-    narrow = console.width < 100
+    agent_width = min(
+        max((len(step.agent) for step in trajectory.steps), default=5), max(10, console.width - 46)
+    )
     table.add_column("step", justify="right", no_wrap=True, min_width=4)
-    agent_width = {"max_width": 14 if narrow else 24, "min_width": min(widest_agent, 8)}
-    table.add_column("agent", no_wrap=True, overflow="ellipsis", **agent_width)
+    table.add_column("agent", no_wrap=True, min_width=min(agent_width, 8), max_width=agent_width)
     table.add_column("kind", no_wrap=True, min_width=4)
     table.add_column("score", justify="right", no_wrap=True, min_width=5)
     table.add_column("content", overflow="ellipsis", no_wrap=True, ratio=1, min_width=20)
     annotation = run.annotation
+    decided = attribution is not None and attribution.decided
+    named = set() if attribution is None or decided else {c.step for c in attribution.candidates[:2]}
     for step in trajectory.steps:
         score = scores.get(step.index)
         mark, style = " ", None
-        if attribution is not None and step.index == attribution.step:
+        if decided and attribution is not None and step.index == attribution.step:
             mark, style = CULPRIT_MARK, "bold red"
-        elif annotation is not None and annotation.step == step.index:
+        elif step.index in named:
+            mark, style = CANDIDATE_MARK, "yellow"
+        elif annotation is not None and attribution is not None and annotation.step == step.index:
             mark = ANNOTATED_MARK
         table.add_row(
             f"{mark}{step.index}",
-            Text(step.agent),
+            Text(fit_name(step.agent, agent_width)),
             _KIND_SHORT.get(step.kind.value, step.kind.value),
             "" if score is None else f"{score:.2f}",
             Text(_excerpt(step.content)),
@@ -210,9 +247,11 @@ def _print_table(
         )
     console.print(table)
     legend = []
-    if attribution is not None:
+    if decided:
         legend.append(f"{CULPRIT_MARK} culprit")
-    if annotation is not None and annotation.step is not None:
+    if named:
+        legend.append(f"{CANDIDATE_MARK} a candidate (undecided)")
+    if annotation is not None and annotation.step is not None and attribution is not None:
         legend.append(f"{ANNOTATED_MARK} the file's known answer")
     if legend:
         console.print(Text("   ".join(legend), style="dim"))
@@ -306,13 +345,22 @@ def attribute_command(
         scores = {candidate.step: candidate.score for candidate in attribution.candidates}
     if fmt == "json":
         click.echo(json.dumps(_verdict_json(run, decision, attribution, recorded, scores), indent=2))
+        _say_on_stderr(decision, attribution, forced, bool(trajectory.steps))
     else:
-        _print_table(run, attribution, recorded, scores, file)
+        _print_table(run, decision, attribution, recorded, forced, scores, file)
+
+
+def _say_on_stderr(
+    decision: BlameDecision, attribution: Attribution | None, forced: bool, steps: bool
+) -> None:
+    """With --format json, what the table would have said first, on stderr, wrapped at 80 columns."""
+    from otel_blame.terminal import wrap
+
     if attribution is None:
-        hint = " Pass --assume-failed to blame a step anyway." if trajectory.steps else ""
-        click.echo(decision.why + hint, err=fmt == "json")
+        hint = " Pass --assume-failed to blame a step anyway." if steps else ""
+        click.echo(wrap(decision.why + hint), err=True)
     elif forced:
-        click.echo(f"{decision.why} Attributed anyway (--assume-failed).", err=fmt == "json")
+        click.echo(wrap(decision.blamed_anyway() + " (--assume-failed)"), err=True)
 
 
 def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:

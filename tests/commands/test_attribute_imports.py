@@ -34,7 +34,7 @@ def test_attribute_imports_only_what_it_uses() -> None:
         check=True,
         env={**os.environ, **env_without_plugins},
     )
-    assert "agent:" in result.stdout
+    assert "outcome:" in result.stdout and "reason:" in result.stdout
     assert "LOADED []" in result.stdout, result.stdout[-2000:]
 
 
