@@ -214,7 +214,7 @@ def demo(
         if jaeger_url is not None:
             click.echo(f"  in Jaeger: {jaeger_url.rstrip('/')}/trace/{result.trace_id}")
         elif result.trace_id in written:
-            click.echo(f"  enriched trace (OTLP JSON): {written[result.trace_id]}")
+            click.echo(f"  enriched trace (OTLP JSON):\n    {written[result.trace_id]}")
     click.echo("")
     if written:
         _step(f"this run's {len(written)} traces are in {out_dir}/ as OTLP JSON (otel-blame attribute FILE)")

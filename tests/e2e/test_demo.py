@@ -19,6 +19,7 @@ from otel_blame.demo import Blame, format_blame_table
 from otel_blame.demo.scenario import TASKS, final_answer
 from otel_blame.otlp_json import parse_otlp_json
 from otel_blame.store import StoreConfig, open_store
+from tests.store.runs import attributed_runs
 from tests.ui.browser import free_port
 
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
@@ -34,9 +35,27 @@ def attributes(span) -> dict:
 @pytest.mark.slow
 def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_path: Path):
     out_dir = tmp_path / "demo"
-    result = CliRunner().invoke(main, ["demo", "--no-jaeger", "--out", str(out_dir), "--timeout", "60"])
+    # what an earlier demo and a user left there: a store holding an upload, a trace file, a note
+    out_dir.mkdir()
+    earlier = open_store(StoreConfig(path=out_dir / "blame-store.sqlite3"))
+    [upload] = attributed_runs(1, start=time.time() - 60, spacing=1)
+    earlier.add(upload.model_copy(update={"source": "upload: mine.json"}))
+    earlier.close()
+    stale = out_dir / f"{'0' * 32}.otlp.json"
+    stale.write_text("{}")
+    (out_dir / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(
+        main, ["demo", "--no-jaeger", "--out", str(out_dir), "--timeout", "60"], env={"COLUMNS": "80"}
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     output = result.output
+    said = " ".join(output.split())
+    assert "keeps what it holds (1 failures, 1 of them uploaded in the web UI); this run adds to it" in said
+    assert "removed 1 trace files an earlier demo wrote" in said
+    assert not stale.exists() and (out_dir / "notes.txt").read_text() == "mine"
+    # every line fits 80 columns but a path or the command to paste, each on a line of its own
+    long = [line for line in output.splitlines() if len(line) > 80]
+    assert all(str(out_dir) in line and len(line.split()) <= 4 for line in long), long
 
     tables = re.findall(r"\| trace id +\| ([0-9a-f]{32})", output)
     assert len(tables) == len(FAILING)
@@ -96,7 +115,7 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
         stored = {f.trace_id: (f.agent, f.step) for f in store.failures().failures}
     finally:
         store.close()
-    assert set(stored) == set(tables)
+    assert set(stored) == {*tables, upload.trace_id}  # this run's failures, and the upload kept
     for trace_id in tables:
         root_agent = re.search(rf"{trace_id}.*?\| blamed agent +\| (\S+)", output, re.S)
         assert root_agent is not None and stored[trace_id][0] == root_agent.group(1)
