@@ -429,7 +429,7 @@ def _nice_max(value: int) -> int:
     return value
 
 
-def culprits_plot(report: CulpritReport, top: int = 6, width: int = 520, height: int = 220) -> Plot:
+def culprits_plot(report: CulpritReport, top: int = 6, width: int = 500, height: int = 220) -> Plot:
     """Stacked bars of blames per time bucket, one colour per agent (the top ``top``, then others).
     Drawn at its own size in CSS pixels (never scaled down), so its labels stay 12 px."""
     left, right, top_margin, bottom = 40, 10, 10, 26
@@ -443,7 +443,7 @@ def culprits_plot(report: CulpritReport, top: int = 6, width: int = 520, height:
     ]
     if rest:
         summed = [sum(s.counts[i] for s in rest) for i in range(buckets)]
-        layers.append((f"{len(rest)} other agents", OTHERS_COLOUR, summed))
+        layers.append((f"{len(rest)} other agent{'' if len(rest) == 1 else 's'}", OTHERS_COLOUR, summed))
     totals = [sum(layer[2][i] for layer in layers) for i in range(buckets)]
     y_max = _nice_max(max(totals, default=0))
     inner_w = width - left - right

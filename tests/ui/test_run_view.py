@@ -176,7 +176,11 @@ def test_agent_colours_come_from_the_name_on_every_page(store: BlameStore, clien
         assert f'class="agent-chip {colour}" id="culprit-agent"' in page
         assert re.search(rf'<li class="step kind-message {colour}[ "][^>]*data-agent="coder"', page)
     culprits = client.get("/ui/culprits?window=1h").text
-    assert re.search(rf'<td class="nowrap {colour}"><span class="swatch"></span><a [^>]*>coder</a>', culprits)
+    assert re.search(
+        rf'<td class="nowrap agent-cell {colour}" title="coder"><span class="swatch"></span>'
+        rf"<a [^>]*>coder</a>",
+        culprits,
+    )
 
 
 def test_a_chat_api_role_is_not_shown_as_a_label(store: BlameStore, client: TestClient) -> None:
