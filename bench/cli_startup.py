@@ -1,8 +1,8 @@
 """How fast `otel-blame --help`, `--version` and `attribute` on a small file answer, against a
 same-run baseline.
 
-Each command runs ``--runs`` times as a fresh process; the median wall time is reported with its
-ratio to a bare ``python -c pass`` (the interpreter's own start) and to importing every
+Each command runs ``--runs`` times as a fresh process, the commands in turn; the median wall time is
+reported with its ratio to a bare ``python -c pass`` (the interpreter's own start) and to importing every
 subcommand up front (what the CLI did before its subcommands became lazy). ``attribute`` runs
 the heuristic on a small Who&When log (``--file``), a second time with pydantic's plugins off:
 the dev environment carries ``logfire`` (a test-only extra), whose pydantic plugin imports the
@@ -24,13 +24,20 @@ import time
 from pathlib import Path
 
 
-def median_seconds(argv: list[str], runs: int) -> float:
-    times = []
+def seconds(argv: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def median_seconds(cases: dict[str, list[str]], runs: int) -> dict[str, float]:
+    """Each case's median over ``runs``, the cases taken in turn (one run of each per round), so a
+    change of load on a shared machine weighs on every case alike rather than on one."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, argv in cases.items():
+            times[name].append(seconds(argv))
+    return {name: statistics.median(taken) for name, taken in times.items()}
 
 
 def main() -> None:
@@ -69,7 +76,7 @@ def main() -> None:
             before = ["env", f"PYTHONPATH={args.before}", "PYDANTIC_DISABLE_PLUGINS=__all__"]
             before += [sys.executable, "-m", "otel_blame.console_script", "attribute", str(args.file)]
             cases["the earlier tree's attribute FILE, pydantic plugins off (before)"] = before
-    results = {name: median_seconds(argv, args.runs) for name, argv in cases.items()}
+    results = median_seconds(cases, args.runs)
     baseline = results["python -c pass (baseline)"]
     print(f"| command | median s ({args.runs} runs) | × python -c pass |")
     print("| --- | --- | --- |")

@@ -8,6 +8,7 @@ imported inside the command, so a call on a small file is quick (see docs/benchm
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,20 +109,31 @@ def _mode_text(attribution: Attribution) -> str:
     return f"{attribution.failure_mode} (MAST {known[0]})" if known else attribution.failure_mode
 
 
+_STYLES = {
+    "strong": {"bold": True},
+    "culprit": {"fg": "red", "bold": True},
+    "undecided": {"fg": "yellow", "bold": True},
+    "dim": {"dim": True},
+    "good": {"fg": "green"},
+    "partial": {"fg": "yellow"},
+    "bad": {"fg": "red"},
+}
+Styled = tuple[str, str | None]  # (text, a key of _STYLES or None)
+
+
 def _verdict_rows(
     run: SavedRun, decision: BlameDecision, attribution: Attribution | None, recorded: bool, forced: bool
-) -> list[tuple[str, Any]]:
-    """(label, text) lines of the verdict, first thing printed: who and where (or "Undecided: …"),
-    why, how; for a run not blamed, why not; and the known answer when the file gives one."""
-    from rich.text import Text
-
+) -> list[tuple[str, list[Styled]]]:
+    """(label, styled text) lines of the verdict, first thing printed: who and where (or
+    "Undecided: …"), why, how; for a run not blamed, why not; and the known answer when the file
+    gives one."""
     from otel_blame.attribution.decision import undecided_sentence
 
     trajectory = run.trajectory
-    rows: list[tuple[str, Any]] = []
+    rows: list[tuple[str, list[Styled]]] = []
     if attribution is None:
         hint = " Pass --assume-failed to blame a step anyway." if trajectory.steps else ""
-        rows.append(("verdict", Text(decision.why + hint, style="bold")))
+        rows.append(("verdict", [(decision.why + hint, "strong")]))
     else:
         role = trajectory.steps[attribution.step].role if attribution.step < len(trajectory.steps) else None
         shown_role = role and role != attribution.agent and role.lower() not in _GENERIC_ROLES
@@ -136,50 +148,65 @@ def _verdict_rows(
         )
         cross_run = attribution.cross_run_suspiciousness
         if attribution.decided:
-            named: list[tuple[str, Any]] = [
-                ("agent", Text(attribution.agent, style="bold red")),
-                ("step", step_text),
-            ]
-            reason: Any = attribution.reason
+            named = [("agent", [(attribution.agent, "culprit")]), ("step", [(step_text, None)])]
+            reason = [(attribution.reason, None)]
         else:
             sentence = undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
-            named = [("verdict", Text(sentence, style="bold yellow"))]
-            reason = Text.assemble(("the first candidate: ", "dim"), attribution.reason)
-        for label, value in (
-            *named,
+            named = [("verdict", [(sentence, "undecided")])]
+            reason = [("the first candidate: ", "dim"), (attribution.reason, None)]
+        plain = (
             ("confidence", f"{attribution.confidence:.2f}"),
-            ("reason", reason),
             ("method", attribution.method + model),
             ("category", _category_text(attribution)),
             ("mode", _mode_text(attribution)),
             ("cross-run", f"{cross_run:.2f} suspiciousness" if cross_run is not None else ""),
             ("cost", spent),
-        ):
-            if value:
-                rows.append((label, value))
+        )
+        rows += named
+        rows.append(("confidence", [(plain[0][1], None)]))
+        rows.append(("reason", reason))
+        rows += [(label, [(value, None)]) for label, value in plain[1:] if value]
         if forced:
-            rows.append(("", Text(decision.blamed_anyway() + " (--assume-failed)", style="dim")))
+            rows.append(("", [(decision.blamed_anyway() + " (--assume-failed)", "dim")]))
         if recorded:
             note = "blame recorded in the file by the processor (blame.*); --recompute attributes it again"
-            rows.append(("", Text(note, style="dim")))
+            rows.append(("", [(note, "dim")]))
     annotation = run.annotation
     if annotation is not None:
         known = f"{annotation.agent} at step {annotation.step}"
         said, quality = annotation_verdict(annotation, attribution)
         if said:
-            style = {"good": "green", "partial": "yellow", "bad": "red"}[quality]
-            rows.append(("annotation", Text.assemble(f"{known}: the verdict ", (said, style))))
+            rows.append(("annotation", [(f"{known}: the verdict ", None), (said, quality)]))
         else:
-            rows.append(("annotation", f"{known} (the file's known mistake; nothing blamed to compare)"))
+            rows.append(
+                ("annotation", [(f"{known} (the file's known mistake; nothing blamed to compare)", None)])
+            )
     return rows
 
 
-_EXCERPT = 240  # more than any terminal's content column shows; rich measures every character given
+def _styled_lines(parts: list[Styled], width: int, indent: int) -> list[str]:
+    """Styled words wrapped at ``width`` columns of text, every line after the first indented by
+    ``indent`` (the label column the first line follows)."""
+    lines: list[str] = []
+    line, used = "", 0
+    for text, style in parts:
+        for word in text.split():
+            if used and used + 1 + len(word) > width:
+                lines.append(line)
+                line, used = "", 0
+            gap = " " if used else ""
+            shown = click.style(word, **_STYLES[style]) if style else word
+            line, used = line + gap + shown, used + len(gap) + len(word)
+    lines.append(line)
+    return [lines[0], *(" " * indent + rest for rest in lines[1:])]
 
 
-def _excerpt(text: str) -> str:
+_EXCERPT = 240  # more than any terminal's content column shows
+
+
+def _excerpt(text: str, width: int) -> str:
     flat = " ".join(text[: 4 * _EXCERPT].split())
-    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _print_table(
@@ -191,40 +218,38 @@ def _print_table(
     scores: dict[int, float],
     file: Path,
 ) -> None:
-    """The verdict first (who, or why nobody), then one row per step; the content column takes what
-    the others leave, so the table reads at 80 columns (short kind names, marks in the step column,
-    agent names whole up to what the width allows and then cut at a word, no vertical rules)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    """The verdict first (who, or why nobody), then one line per step, at the terminal's width (80
+    when it does not say): sentences wrapped, the step's text cut to what the line leaves, agent
+    names whole up to what the width allows and then cut at a word. Plain columns styled with
+    click (loaded already), not a table library: this command answers within ten interpreter
+    starts on a small file (docs/benchmarks.md, "CLI start-up")."""
+    import shutil
 
     from otel_blame.terminal import fit_name
 
-    console = Console(highlight=False, soft_wrap=False)
+    width = shutil.get_terminal_size((80, 24)).columns
     trajectory = run.trajectory
-    console.print(Text.assemble(("file:       ", "bold"), str(file)), soft_wrap=True)
-    verdict = Table.grid(padding=(0, 1))
-    verdict.add_column(no_wrap=True, min_width=11, style="bold")
-    verdict.add_column()  # long reasons wrap under themselves, not under the labels
+    click.echo(click.style("file:", bold=True) + "       " + str(file))
+    label_width = 12  # "annotation: "
     rows = [
-        ("outcome", trajectory.outcome.value),
+        ("outcome", [(trajectory.outcome.value, None)]),
         *_verdict_rows(run, decision, attribution, recorded, forced),
     ]
-    for label, value in rows:
-        verdict.add_row(f"{label}:" if label else "", value)
-    console.print(verdict)
-    table = Table(
-        title="steps", title_justify="left", expand=True, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1)
-    )
-    agent_width = min(
-        max((len(step.agent) for step in trajectory.steps), default=5), max(10, console.width - 46)
-    )
-    table.add_column("step", justify="right", no_wrap=True, min_width=4)
-    table.add_column("agent", no_wrap=True, min_width=min(agent_width, 8), max_width=agent_width)
-    table.add_column("kind", no_wrap=True, min_width=4)
-    table.add_column("score", justify="right", no_wrap=True, min_width=5)
-    table.add_column("content", overflow="ellipsis", no_wrap=True, ratio=1, min_width=20)
+    for label, parts in rows:
+        lines = _styled_lines(parts, width - label_width, label_width)
+        head = f"{label}:" if label else ""
+        click.echo(click.style(head.ljust(label_width), bold=True) + lines[0])
+        for line in lines[1:]:
+            click.echo(line)
+    widest = max((len(step.agent) for step in trajectory.steps), default=5)
+    agent_width = max(5, min(widest, max(10, width - 46)))
+    number_width = max(4, len(str(len(trajectory.steps))) + 1)
+    content_width = max(20, width - (number_width + agent_width + 4 + 5 + 4 * 2))
+    click.echo("")
+    click.echo(click.style("steps", bold=True))
+    header = f"{'step':>{number_width}}  {'agent':<{agent_width}}  kind  score  content"
+    click.echo(click.style(header, bold=True))
+    click.echo("─" * min(width, len(header) + content_width - len("content")))
     annotation = run.annotation
     decided = attribution is not None and attribution.decided
     named = set() if attribution is None or decided else {c.step for c in attribution.candidates[:2]}
@@ -232,20 +257,18 @@ def _print_table(
         score = scores.get(step.index)
         mark, style = " ", None
         if decided and attribution is not None and step.index == attribution.step:
-            mark, style = CULPRIT_MARK, "bold red"
+            mark, style = CULPRIT_MARK, "culprit"
         elif step.index in named:
-            mark, style = CANDIDATE_MARK, "yellow"
+            mark, style = CANDIDATE_MARK, "partial"
         elif annotation is not None and attribution is not None and annotation.step == step.index:
             mark = ANNOTATED_MARK
-        table.add_row(
-            f"{mark}{step.index}",
-            Text(fit_name(step.agent, agent_width)),
-            _KIND_SHORT.get(step.kind.value, step.kind.value),
-            "" if score is None else f"{score:.2f}",
-            Text(_excerpt(step.content)),
-            style=style,
+        kind = _KIND_SHORT.get(step.kind.value, step.kind.value)
+        shown = "" if score is None else f"{score:.2f}"
+        line = (
+            f"{mark + str(step.index):>{number_width}}  {fit_name(step.agent, agent_width):<{agent_width}}  "
+            f"{kind:<4}  {shown:>5}  {_excerpt(step.content, content_width)}"
         )
-    console.print(table)
+        click.echo(click.style(line, **_STYLES[style]) if style else line)
     legend = []
     if decided:
         legend.append(f"{CULPRIT_MARK} culprit")
@@ -254,7 +277,7 @@ def _print_table(
     if annotation is not None and annotation.step is not None and attribution is not None:
         legend.append(f"{ANNOTATED_MARK} the file's known answer")
     if legend:
-        console.print(Text("   ".join(legend), style="dim"))
+        click.echo(click.style("   ".join(legend), dim=True))
 
 
 @click.command("attribute")
@@ -311,17 +334,15 @@ def attribute_command(
     mistake (Who&When mistake_agent and mistake_step), the output says whether the verdict
     matches it.
     """
-    from rich.console import Console
-
     from otel_blame.attribution.base import AttributionError
     from otel_blame.attribution.decision import blame_decision
     from otel_blame.trajectory import Outcome
 
     fmt = "json" if as_json else output_format
-    stderr = Console(stderr=True)
     if progress is None:
-        progress = stderr.is_terminal and file.stat().st_size > LARGE_FILE_BYTES
-    run = _load_run(file, stderr if progress else None)
+        progress = sys.stderr.isatty() and file.stat().st_size > LARGE_FILE_BYTES
+    stderr = _stderr_console() if progress else None
+    run = _load_run(file, stderr)
     trajectory = run.trajectory
     decision = blame_decision(trajectory)
     attribution: Attribution | None = None
@@ -335,7 +356,7 @@ def attribute_command(
         failed = trajectory.model_copy(update={"outcome": Outcome.FAILURE})
         given = _redacted_for(method_name, failed)
         try:
-            if progress:
+            if stderr is not None:
                 with stderr.status(f"attributing {len(failed.steps)} steps with {method_name}"):
                     attribution = method.attribute(given)
             else:
@@ -361,6 +382,13 @@ def _say_on_stderr(
         click.echo(wrap(decision.why + hint), err=True)
     elif forced:
         click.echo(wrap(decision.blamed_anyway() + " (--assume-failed)"), err=True)
+
+
+def _stderr_console() -> Console:
+    """Where the progress of a large file is shown (rich, loaded only then)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
