@@ -19,8 +19,8 @@ from otel_blame.demo import Blame, format_blame_table
 from otel_blame.demo.scenario import TASKS, final_answer
 from otel_blame.otlp_json import parse_otlp_json
 from otel_blame.store import StoreConfig, open_store
-from tests.store.runs import attributed_runs
-from tests.ui.browser import free_port
+from tests.store.runs import WHO_AND_WHEN, attributed_runs
+from tests.ui.browser import chromium, free_port, screenshot
 
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
 
@@ -121,6 +121,29 @@ def test_demo_offline_prints_a_table_per_failed_trace_and_writes_otlp_json(tmp_p
         assert root_agent is not None and stored[trace_id][0] == root_agent.group(1)
 
 
+def _newcomer_s_path_in_a_browser(site: str, first: str) -> None:
+    """docs/quickstart.md's pictures: the demo's failures, the first one's page, then a file of
+    one's own uploaded (a Who&When log), in headless Chromium (OTEL_BLAME_UI_SCREENSHOTS=1 keeps
+    them in docs/images)."""
+    with chromium(width=1280, height=900) as browser:
+        browser.get(f"{site}/ui/")
+        assert len(browser.find_elements("css selector", "table.failures tbody tr")) == len(FAILING)
+        screenshot(browser, "quickstart-failures.png")
+        browser.get(f"{site}/ui/runs/{first}")
+        assert browser.find_element("id", "culprit-agent").text in {t.fault_agent for t in FAILING}
+        screenshot(browser, "quickstart-run.png")
+        browser.get(f"{site}/ui/attribute")
+        browser.find_element("id", "file").send_keys(str(WHO_AND_WHEN / "Hand-Crafted" / "1.json"))
+        page = browser.find_element("tag name", "html")
+        browser.find_element("id", "attribute-submit").click()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not browser.find_elements("id", "verdict"):
+            time.sleep(0.1)
+        assert page.id != browser.find_element("tag name", "html").id
+        assert browser.find_element("id", "verdict").is_displayed()
+        screenshot(browser, "quickstart-upload.png")
+
+
 @pytest.mark.slow
 def test_demo_ui_serves_the_demo_s_failures(tmp_path: Path):
     port = free_port()
@@ -144,6 +167,7 @@ def test_demo_ui_serves_the_demo_s_failures(tmp_path: Path):
         first = answer["failures"][-1]["trace_id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/runs/{first}", timeout=5) as response:
             assert 'id="culprit-agent"' in response.read().decode()
+        _newcomer_s_path_in_a_browser(f"http://127.0.0.1:{port}", first)
     finally:
         process.terminate()
         output = process.communicate(timeout=30)[0]
