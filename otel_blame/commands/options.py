@@ -16,9 +16,11 @@ method_option = click.option(
     "--method",
     "method_name",
     type=click.Choice(METHOD_NAMES),
+    metavar="METHOD",
     default=DEFAULT_METHOD,
     show_default=True,
-    help=f"Attribution method; the offline ones ({', '.join(OFFLINE_METHOD_NAMES)}) need no LLM.",
+    help=f"Attribution method: {', '.join(METHOD_NAMES)}. The offline ones "
+    f"({', '.join(OFFLINE_METHOD_NAMES)}) need no LLM.",
 )
 model_option = click.option("--model", default=None, help="LLM model (default: $OTEL_BLAME_MODEL or gpt-4o).")
 base_url_option = click.option(

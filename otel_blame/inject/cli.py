@@ -154,8 +154,9 @@ def _list_apps(as_json: bool) -> None:
     "faults",
     multiple=True,
     type=click.Choice([k.value for k in FAULT_KINDS]),
-    help="Fault kinds to plant (repeatable); default: the kinds the app declares in FAULTS, else all; "
-    "one drawn per run.",
+    metavar="KIND",
+    help=f"Fault kinds to plant (repeatable): {', '.join(k.value for k in FAULT_KINDS)}; default: the "
+    "kinds the app declares in FAULTS, else all; one drawn per run.",
 )
 @click.option("--agent", default=None, help="Plant faults only into this agent's messages (default: random).")
 @click.option("--step", type=click.IntRange(min=0), default=None, help="Plant faults only at this step.")

@@ -188,3 +188,13 @@ def test_top_says_when_a_file_is_not_a_blame_store(tmp_path: Path) -> None:
     bad.write_text("hello")
     result = CliRunner().invoke(main, ["top", "--store", str(bad), "--once"])
     assert result.exit_code == 1 and "cannot be read as a blame store" in result.output
+
+
+def test_every_command_s_help_fits_80_columns() -> None:
+    from otel_blame.cli import COMMANDS
+
+    for name in ["", *(command.name for command in COMMANDS)]:
+        result = CliRunner().invoke(main, [*([name] if name else []), "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, (name, result.output)
+        wide = [line for line in result.output.splitlines() if len(line) > 80]
+        assert not wide, (name, wide)  # a Choice's names listed in the help text, not the metavar
