@@ -198,3 +198,19 @@ def test_every_command_s_help_fits_80_columns() -> None:
         assert result.exit_code == 0, (name, result.output)
         wide = [line for line in result.output.splitlines() if len(line) > 80]
         assert not wide, (name, wide)  # a Choice's names listed in the help text, not the metavar
+
+
+def test_eval_s_tables_fit_80_columns(tmp_path: Path) -> None:
+    dataset = tmp_path / "dataset" / "Hand-Crafted"
+    dataset.mkdir(parents=True)
+    for name in ("1.json", "7.json"):
+        (dataset / name).write_bytes((HAND_CRAFTED / name).read_bytes())
+    result = CliRunner().invoke(
+        main,
+        ["eval", "--dataset", str(dataset.parent), "--out", str(tmp_path / "out")],
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "margin over best baseline" in result.output
+    wide = [line for line in result.output.splitlines() if len(line) > 80 and str(tmp_path) not in line]
+    assert not wide, wide
