@@ -188,3 +188,25 @@ def test_malformed_span_trees_are_refused_with_the_place_and_the_reason(tmp_path
         node = child
     with pytest.raises(SpanTreeError, match="nested more than"):
         span_tree_to_otlp({"trace_id": st.TRACE_ID, "spans": [deep]})
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504, 599])
+def test_an_http_429_or_5xx_on_a_tool_span_is_a_failing_dependency_even_without_an_error_status(
+    status: int,
+) -> None:
+    tree = st.gaia_run()
+    search = next(s for s in st.spans_of(tree) if s["span_name"] == "SearchInformationTool")
+    search["span_attributes"]["http.response.status_code"] = status  # the span's status stays OK
+    failures = _built(tree).trajectory.dependency_failures
+    assert [(f.name, f.kind, f.detail) for f in failures if f.span_id == search["span_id"]] == [
+        ("web_search", "http_status", f"HTTP {status}")
+    ]
+
+
+@pytest.mark.parametrize("status", [200, 404, 499, 600])
+def test_other_http_statuses_on_an_ok_tool_span_are_not_a_failing_dependency(status: int) -> None:
+    tree = st.gaia_run()
+    search = next(s for s in st.spans_of(tree) if s["span_name"] == "SearchInformationTool")
+    search["span_attributes"]["http.response.status_code"] = status
+    failures = _built(tree).trajectory.dependency_failures
+    assert not [f for f in failures if f.span_id == search["span_id"]]
