@@ -92,14 +92,14 @@ REASONS: dict[str, str] = {
     "novel_value": "a value nothing before it gave first appears here",
     "novel_identifier": "it states an identifier nothing before it gave",
     "novel_call_value": "it called a tool with an argument nothing before it gave",
-    "answer_origin": "the wrong answer's value first appears here",
+    "answer_origin": "the final answer's value first appears here",
     "answer_unsupported": "it states the answer with values that follow from nothing at hand",
     "input_found_lacking": "the agent it handed over to said what it got was lacking",
     "stop_in_result": "a stop word inside a tool's output ended the run",
-    "first_unsupported": "it is the earliest step on the failure's path whose content its inputs do not "
-    "support",
+    "first_unsupported": "it is the earliest step on the final answer's path whose content its inputs do "
+    "not support",
     "dropped_task": "it stopped carrying a requirement of the task",
-    "dropped_input": "it left out part of what it was given",
+    "dropped_input": "it did not use a value it was given",
     "override": "it overrode what it was given",
     "unanswered_stop": "it stopped the run before any answer, with work still to do",
     "stop_mid_run": "it stopped the run in the middle of its work",
@@ -377,8 +377,8 @@ def verdict(
     if name is not None:
         said = f" ({detail})" if detail else ""
         reason = (
-            f"Step {chosen}: {name} failed{said} on the call {step.agent} relied on, and the run's "
-            "failure follows from it: a dependency, not the agent's own output."
+            f"Step {chosen}: {name} failed{said} on the call {step.agent} relied on: a dependency, "
+            "not the agent's own output."
         )
         update = {"category": "dependency", "dependency": name}
     else:

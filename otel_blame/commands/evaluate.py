@@ -32,36 +32,49 @@ def _percent(value: float) -> str:
 
 
 def _print_summaries(summaries: list[SubsetSummary]) -> None:
-    header = (
-        f"{'subset':<20} {'logs':>5} {'agent':>7} {'step':>7} {'step±1':>7} {'step±3':>7} "
-        f"{'calls':>6} {'in tok':>8} {'out tok':>8} {'sec':>7}"
+    """One line per subset, at most 80 columns (the LLM cost columns only when a method spent any)."""
+    spent = any(s.mean_llm_calls or s.mean_input_tokens for s in summaries)
+    cost_header = f" {'calls':>5} {'in tok':>7} {'out':>6}" if spent else ""
+    click.echo(
+        f"{'subset':<19} {'logs':>4} {'agent':>6} {'step':>6} {'±1':>6} {'±3':>6}{cost_header} {'sec':>6}"
     )
-    click.echo(header)
     for s in summaries:
-        click.echo(
-            f"{s.subset:<20} {s.traces:>5} {_percent(s.agent_accuracy):>7} {_percent(s.step_accuracy):>7} "
-            f"{_percent(s.step_within_1):>7} {_percent(s.step_within_3):>7} {s.mean_llm_calls:>6.1f} "
-            f"{s.mean_input_tokens:>8.0f} {s.mean_output_tokens:>8.0f} {s.mean_seconds:>7.3f}"
-            + (f"   ({s.failed} unanswered)" if s.failed else "")
+        cost = (
+            f" {s.mean_llm_calls:>5.1f} {s.mean_input_tokens:>7.0f} {s.mean_output_tokens:>6.0f}"
+            if spent
+            else ""
         )
+        click.echo(
+            f"{s.subset:<19} {s.traces:>4} {_percent(s.agent_accuracy):>6} {_percent(s.step_accuracy):>6} "
+            f"{_percent(s.step_within_1):>6} {_percent(s.step_within_3):>6}{cost} {s.mean_seconds:>6.2f}"
+        )
+        if s.failed:
+            click.echo(f"{'':<19} ({s.failed} unanswered)")
+    click.echo("step ±1, ±3: the step within one or three of the labelled one; sec: per log")
 
 
 def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
     """Positional baselines on the same logs, and the method's margin over the best of them."""
     from otel_blame.bench.evaluate import best_baseline
+    from otel_blame.terminal import wrap
 
-    click.echo("\nbaselines on the same logs (agent / step), and the method's margin over the best:")
+    click.echo("\nbaselines on the same logs (agent / step), and the margin over the best:")
     for s in summaries:
         click.echo(f"{s.subset}:")
         for b in (b for b in baselines if b.subset == s.subset):
-            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
-            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
+            accuracy = f"{_percent(b.agent_accuracy):>6} {_percent(b.step_accuracy):>6}"
+            line = f"  {b.name:<25} {accuracy}  "
+            described = wrap(b.description, 80 - len(line)).splitlines()
+            click.echo(line + described[0])
+            for more in described[1:]:
+                click.echo(" " * len(line) + more)
         by_agent, by_step = best_baseline(baselines, s.subset)
-        click.echo(
-            f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
+        margin = (
+            f"margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
             f"points (vs {by_agent.name}), step {100 * (s.step_accuracy - by_step.step_accuracy):+.1f} "
             f"points (vs {by_step.name})"
         )
+        click.echo(wrap(margin, 80, indent="  "))
 
 
 @click.command("eval")

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from otel_blame.attribution.registry import DEFAULT_ESCALATION, DEFAULT_METHOD, ESCALATIONS, METHOD_NAMES
+from otel_blame.attribution.registry import (
+    DEFAULT_ESCALATION,
+    DEFAULT_METHOD,
+    ESCALATIONS,
+    METHOD_NAMES,
+    OFFLINE_METHOD_NAMES,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -20,9 +26,11 @@ method_option = click.option(
     "--method",
     "method_name",
     type=click.Choice(METHOD_NAMES),
+    metavar="METHOD",
     default=DEFAULT_METHOD,
     show_default=True,
-    help="Attribution method; 'heuristic' needs no LLM.",
+    help=f"Attribution method: {', '.join(METHOD_NAMES)}. The offline ones "
+    f"({', '.join(OFFLINE_METHOD_NAMES)}) need no LLM.",
 )
 model_option = click.option("--model", default=None, help="LLM model (default: $OTEL_BLAME_MODEL or gpt-4o).")
 base_url_option = click.option(

@@ -219,6 +219,11 @@ class CrossRunConfig(_Section):
     )
     min_failing_runs: int = Field(default=5, ge=1, description="failing runs seen before it is used")
     observe_successes: bool = Field(default=True, description="build and count successful traces too")
+    count_undecided: bool = Field(
+        default=False,
+        description="count an undecided verdict's step as blamed too (default: a failing run is counted, "
+        "its blamed step only when the verdict is decided)",
+    )
     success_backlog: int = Field(
         default=32,
         ge=0,
@@ -267,6 +272,11 @@ class AlertingConfig(_Section):
 
     webhook: WebhookSettings | None = Field(default=None, description="null = no webhook alerts")
     repeated_culprit: RepeatedCulpritRule = Field(default_factory=RepeatedCulpritRule)
+    count_undecided: bool = Field(
+        default=False,
+        description="count undecided verdicts (blame.decided=false) as blames on the culprit counters, "
+        "the repeated-culprit alert, the culprits page and `otel-blame top` (default: decided only)",
+    )
 
 
 class ProcessorConfig(_Section):
