@@ -85,7 +85,7 @@ $(FRAMEWORKS_STAMP): pyproject.toml constraints-frameworks.txt
 test-frameworks: $(FRAMEWORKS_STAMP)
 	$(FRAMEWORKS_VENV)/bin/python -m pytest -q $(FRAMEWORKS_TESTS)
 
-test: $(STAMP) lint e2e-components system-packages test-crewai
+test: $(STAMP) lint e2e-components system-packages test-crewai test-frameworks
 	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py \
 		$(addprefix --ignore=,$(FRAMEWORKS_TESTS))
 
