@@ -7,10 +7,15 @@ Formats, detected from the content (not the file name):
   message has ``content`` (a string or OpenAI / Anthropic content parts) and a speaker in ``name`` /
   ``agent`` / ``sender`` / ``role``; the tool calls it makes (OpenAI ``tool_calls``, Anthropic
   ``tool_use`` parts) are part of its text, as ``tool_call NAME(ARGUMENTS)``.
+- a span-tree export (``{"trace_id", "spans": [...]}`` with children nested in ``child_spans``, as
+  TRAIL and trace viewers save them): converted to OTLP (:mod:`otel_blame.span_tree`) and read like
+  the OTLP formats below.
 - OTLP JSON: an ExportTraceServiceRequest (``{"resourceSpans": [...]}``), the Collector file
   exporter's one-request-per-line output, or Jaeger's ``/api/v3/traces`` answer
   (``{"result": {"resourceSpans": [...]}}``). These go through the processor's own
   ``otel_blame.conventions`` so a file and a live trace give the same Trajectory.
+
+Any of them may be gzipped (``.gz``): the content is recognised by its magic bytes, not its name.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from otel_blame.attribution.result import Attribution, Candidate
-from otel_blame.trajectory import Outcome, Step, StepKind, Task, Trajectory
+from otel_blame.trajectory import (
+    Outcome,
+    Step,
+    StepKind,
+    Task,
+    Trajectory,
+    name_from_input,
+)
 
 # "Orchestrator (thought)", "Orchestrator (-> WebSurfer)": the speaker is the part before " (".
 _SPEAKER_SUFFIX = re.compile(r"\s*\((?:[^()]*)\)\s*$")
@@ -46,8 +58,9 @@ class TrajectoryFormatError(ValueError):
 EXPECTED_FORMATS = (
     'Expected a conversation ({"history": [...]}, {"conversation": [...]} or {"messages": [...]}, Who&When '
     "logs included), "
-    'or an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
-    "/api/v3/traces output)."
+    'an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
+    '/api/v3/traces output), or a span tree ({"spans": [...]} with nested "child_spans"); any of them '
+    "may be gzipped."
 )
 
 
@@ -162,9 +175,12 @@ def trajectory_from_conversation(
         messages = next((data[key] for key in CONVERSATION_KEYS if isinstance(data.get(key), list)), None)
         if messages is None:
             raise TrajectoryFormatError("'history'/'conversation'/'messages' must be a list of messages")
+        task_input = _optional_text(data.get("question", data.get("task")))
         task = Task(
-            name=str(data.get("question_ID") or data.get("task_name") or "task"),
-            input=_optional_text(data.get("question", data.get("task"))),
+            name=str(
+                data.get("task_name") or name_from_input(task_input) or data.get("question_ID") or "task"
+            ),
+            input=task_input,
             expected_output=_optional_text(data.get("ground_truth", data.get("expected_output"))),
             final_output=_optional_text(data.get("final_output", data.get("final_answer"))),
         )
@@ -204,6 +220,19 @@ def _looks_like_otlp(data: Any) -> bool:
         result = data.get("result")
         return isinstance(result, Mapping) and ("resourceSpans" in result or "resource_spans" in result)
     return False
+
+
+def _looks_like_span_tree(data: Any) -> bool:
+    """A trace with children nested in ``child_spans``: ``{"spans": [...]}``, a list of spans or one span."""
+    if isinstance(data, Mapping) and isinstance(data.get("spans"), list):
+        data = data["spans"]
+    if isinstance(data, Mapping):
+        return _is_tree_span(data)
+    return isinstance(data, list) and bool(data) and all(_is_tree_span(item) for item in data)
+
+
+def _is_tree_span(item: Any) -> bool:
+    return isinstance(item, Mapping) and "span_id" in item and ("child_spans" in item or "span_name" in item)
 
 
 def _trajectory_and_spans_from_otlp_json(
@@ -288,6 +317,8 @@ def read_text(path: str | Path, on_progress: Callable[[int, int], None] | None =
                 if on_progress is not None:
                     on_progress(sum(map(len, chunks)), total)
         data = b"".join(chunks)
+        if data[:2] == _GZIP_MAGIC:
+            data = _gunzip(data, path)
     except IsADirectoryError:
         raise TrajectoryFormatError(f"cannot read {path}: it is a directory, expected a file") from None
     except OSError as error:
@@ -303,6 +334,27 @@ def read_text(path: str | Path, on_progress: Callable[[int, int], None] | None =
 
 
 _CHUNK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+# a gzipped file expands to at most this: far above any real trace, and a bound on a gzip bomb
+MAX_GUNZIPPED_BYTES = 1 << 30
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """A gzipped file's content, refusing what is corrupt or expands past MAX_GUNZIPPED_BYTES."""
+    import zlib
+
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, MAX_GUNZIPPED_BYTES + 1)
+    except zlib.error as error:
+        raise TrajectoryFormatError(f"{path}: a gzip file that cannot be decompressed ({error})") from None
+    if len(out) > MAX_GUNZIPPED_BYTES:
+        raise TrajectoryFormatError(
+            f"{path}: gzipped content larger than {MAX_GUNZIPPED_BYTES >> 20} MiB once decompressed; refused"
+        )
+    if not inflater.eof:
+        raise TrajectoryFormatError(f"{path}: a truncated gzip file (the stream does not end)")
+    return out
 
 
 def load_trajectory(path: str | Path) -> Trajectory:
@@ -402,12 +454,37 @@ def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]
         ) from None
     if _looks_like_otlp(data):
         return _from_otlp(text, source)
+    if _looks_like_span_tree(data):
+        return _from_span_tree(data, source)
     if isinstance(data, Mapping) and any(key in data for key in CONVERSATION_KEYS):
         return trajectory_from_conversation(data, source), {"annotation": _annotation(data)}
     if isinstance(data, list) and data and all(isinstance(m, Mapping) and _is_message(m) for m in data):
         return trajectory_from_conversation(data, source), {}
     keys = ", ".join(sorted(data)[:8]) if isinstance(data, Mapping) else type(data).__name__
     raise TrajectoryFormatError(f"{source}: unrecognised format (top level: {keys}). {EXPECTED_FORMATS}")
+
+
+def _from_span_tree(data: Any, source: str) -> tuple[Trajectory, dict[str, Any]]:
+    from otel_blame.conventions import trace_ids, trajectory_from_spans
+    from otel_blame.span_tree import SpanTreeError, span_tree_to_otlp
+
+    try:
+        resource_spans = span_tree_to_otlp(data)
+    except SpanTreeError as error:
+        raise TrajectoryFormatError(f"{source}: {error}") from None
+    traces = trace_ids(resource_spans)
+    if len(traces) > 1:
+        shown = ", ".join(trace.hex() for trace in traces[:5])
+        raise TrajectoryFormatError(
+            f"{source} holds {len(traces)} traces ({shown}); export one trace per file"
+        )
+    try:
+        trajectory = trajectory_from_spans(resource_spans)
+    except ValueError as error:
+        raise TrajectoryFormatError(f"{source}: {error}") from None
+    trajectory = trajectory.model_copy(update={"source": source})
+    recorded, scores = recorded_blame(resource_spans, trajectory)
+    return trajectory, {"recorded": recorded, "recorded_scores": scores}
 
 
 def _from_otlp(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""``otel-blame eval``: score an attribution method on a Who&When-layout dataset."""
+"""``otel-blame eval``: score an attribution method on a Who&When-layout dataset (a decisive agent and step
+per log) or a TRAIL-layout one (real traces with errors labelled on their spans)."""
 
 from __future__ import annotations
 
@@ -66,10 +67,15 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
     "dataset_dir",
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A directory with the Who&When layout: Algorithm-Generated/*.json, Hand-Crafted/*.json.",
+    help="A directory with the Who&When layout (Algorithm-Generated/*.json, Hand-Crafted/*.json) or the "
+    "TRAIL layout (traces/*.json[.gz] span trees or OTLP exports, annotations/*.json span-level labels).",
 )
 @click.option(
-    "--subset", "subsets", multiple=True, type=click.Choice(SUBSETS), help="Only these subsets (repeatable)."
+    "--subset",
+    "subsets",
+    multiple=True,
+    help=f"Only these subsets (repeatable): {', '.join(SUBSETS)}; for TRAIL, the traces' name prefix "
+    "(gaia, swe_bench).",
 )
 @method_option
 @model_option
@@ -95,7 +101,21 @@ def eval_command(
     limit: int | None,
     out_path: Path,
 ) -> None:
-    """Score a method on a Who&When-layout dataset by exact match; write predictions to --out."""
+    """Score a method on a Who&When-layout dataset by exact match, or on a TRAIL-layout dataset by its
+    span-level labels; write predictions to --out."""
+    from otel_blame.bench.trail import is_trail_dataset
+
+    if is_trail_dataset(dataset_dir):
+        _eval_trail(
+            dataset_dir, subsets, method_name, model, base_url, with_ground_truth, cache_dir, limit, out_path
+        )
+        return
+    unknown = [subset for subset in subsets if subset not in SUBSETS]
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}: not a Who&When subset; choose from {', '.join(SUBSETS)}",
+            param_hint="--subset",
+        )
     from otel_blame.attribution.base import AttributionError
     from otel_blame.bench.evaluate import (
         PredictionRecord,
@@ -137,4 +157,65 @@ def eval_command(
     summaries = summarise(records)
     _print_summaries(summaries)
     _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
+    click.echo(f"predictions: {out_path}")
+
+
+def _eval_trail(
+    dataset_dir: Path,
+    subsets: tuple[str, ...],
+    method_name: str,
+    model: str | None,
+    base_url: str | None,
+    with_ground_truth: bool,
+    cache_dir: Path | None,
+    limit: int | None,
+    out_path: Path,
+) -> None:
+    """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
+    error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
+    from otel_blame.attribution.base import AttributionError
+    from otel_blame.bench.trail import (
+        TrailRecord,
+        evaluate_trail,
+        summarise_trail,
+        trail_baselines,
+        trail_files,
+        trail_table,
+    )
+    from otel_blame.loaders import TrajectoryFormatError
+
+    try:
+        files = trail_files(dataset_dir, limit)
+    except FileNotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    if subsets:
+        files = [path for path in files if path.name.split("-", 1)[0] in subsets]
+        if not files:
+            raise click.ClickException(f"no traces of subset {', '.join(subsets)} under {dataset_dir}/traces")
+    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with out_path.open("w", encoding="utf-8") as out:
+
+        def write(record: TrailRecord, error: AttributionError | None) -> None:
+            out.write(json.dumps(record.model_dump()) + "\n")
+            out.flush()
+            if error is not None:
+                errors.append(f"{record.file}: {error}")
+
+        with click.progressbar(
+            files, label=method_name, file=sys.stderr, show_pos=True, item_show_func=lambda p: p and p.name
+        ) as bar:
+            try:
+                records = evaluate_trail(method, dataset_dir, bar, on_record=write)
+                baselines = trail_baselines(dataset_dir, files)
+            except TrajectoryFormatError as error:
+                raise click.ClickException(str(error)) from None
+    for line in errors[:10]:
+        click.echo(f"unanswered: {line}", err=True)
+    rows = summarise_trail(records, name=method_name) + baselines
+    click.echo("span-level labels (%): hit@1, hit@1 on HIGH-impact errors, hit@3; agent and")
+    click.echo("step of the earliest HIGH-impact error (TRAIL's closest to a decisive step)")
+    for line in trail_table(rows, method_name):
+        click.echo(line)
     click.echo(f"predictions: {out_path}")

@@ -93,23 +93,28 @@ class GenAI(Convention):
                 return found, role
         return None
 
-    def tool_arguments(self, view: SpanView) -> tuple[str, str] | None:
-        """Last resort for a tool span that recorded no result: what it was called with (the
-        attribute, else the ``gen_ai.tool.message`` span event Strands records them in)."""
+    def tool_arguments(self, view: SpanView) -> str | None:
+        """What a tool was called with: the attribute, else the ``gen_ai.tool.message`` span event
+        Strands records them in."""
         if view.kind != Kind.TOOL:
             return None
         if sc.GEN_AI_TOOL_CALL_ARGUMENTS in view.attributes:
-            return text(view.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS]), "tool"
+            return text(view.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS])
         for event in view.span.events:
             if event.name == sc.EVENT_TOOL_MESSAGE:
                 found = text(attributes_to_dict(event.attributes).get("content"))
                 if found:
-                    return found, "tool"
+                    return found
         return None
 
     def task_input(self, root: SpanView) -> str | None:
         if sc.GEN_AI_INPUT_MESSAGES in root.attributes:
             return messages_text(root.attributes[sc.GEN_AI_INPUT_MESSAGES])[0] or None
+        return None
+
+    def task_output(self, root: SpanView) -> str | None:
+        if sc.GEN_AI_OUTPUT_MESSAGES in root.attributes:
+            return messages_text(root.attributes[sc.GEN_AI_OUTPUT_MESSAGES])[0] or None
         return None
 
     def is_error(self, view: SpanView) -> bool:

@@ -309,13 +309,14 @@ class AnalysisStage:
                 f"failed trace not attributed: {analysis.problem}",
             )
             return Analysed(trace, Handling.ANALYSED, analysis, late=late)
-        if analysis.steps_named_by_service:
-            self._counters.add("agent_from_service_traces")
+        if analysis.steps_unnamed:
+            self._counters.add("agent_unnamed_traces")
             self._warn_once(
                 analysis.workflow_service,
-                "agent_from_service",
-                f"{analysis.steps_named_by_service} step(s) of trace {trace_hex} name no agent "
-                "(no agent span, graph node or system prompt names one); blamed as the service",
+                "agent_unnamed",
+                f"{analysis.steps_unnamed} step(s) of trace {trace_hex} name no agent "
+                "(no agent span, graph node or system prompt names one); named after the span they ran "
+                'in, or "unnamed agent"',
             )
         if analysis.fell_back:
             self._counters.add("fallback_attributions")

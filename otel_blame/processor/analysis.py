@@ -66,7 +66,7 @@ class Analysis:
     problem: str | None = None
     problem_service: str | None = None
     fell_back: bool = False
-    steps_named_by_service: int = 0  # steps whose agent nothing but the service named
+    steps_unnamed: int = 0  # steps whose agent no telemetry named
 
 
 def blame_or_not(
@@ -119,7 +119,7 @@ def analyse(job: AnalysisJob, runner: AttributionRunner | None, detector: Failur
         "service": service,
         "workflow_service": service or built.notes.service,
         "resource": resource.SerializeToString() if resource is not None else b"",
-        "steps_named_by_service": built.notes.agent_from_service,
+        "steps_unnamed": built.notes.agent_unnamed,
     }
     if not (decision.failed and job.attribute and runner is not None):
         return Analysis(BUILT, decision, **found)

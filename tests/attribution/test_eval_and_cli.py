@@ -459,3 +459,45 @@ def test_every_registered_command_loads_and_every_option_says_what_it_does():
                 assert param.help, f"{name} {param.opts[0]} has no help text"
                 if isinstance(param.type, click.Choice):
                     assert "[" + "|".join(param.type.choices) + "]" in help_text, (name, param.opts)
+
+
+def _trail_dataset(root: Path) -> Path:
+    """A TRAIL-layout dataset of one span-tree trace: its page-down failure labelled HIGH, a plan LOW."""
+    import gzip
+
+    from tests.conventions import span_trees
+
+    tree = span_trees.gaia_run()
+    spans = span_trees.spans_of(tree)
+    page_down = next(s for s in spans if s["span_name"] == "PageDownTool")
+    plan_call = next(s for s in spans if s["span_name"] == "LiteLLMModel.__call__")
+    (root / "traces").mkdir(parents=True)
+    (root / "annotations").mkdir()
+    (root / "traces" / "gaia-1.json.gz").write_bytes(gzip.compress(json.dumps(tree).encode()))
+    errors = [
+        {"location": page_down["span_id"], "impact": "HIGH", "category": "Tool-related"},
+        {"location": plan_call["span_id"], "impact": "LOW", "category": "Formatting Errors"},
+    ]
+    (root / "annotations" / "gaia-1.json").write_text(json.dumps({"errors": errors}))
+    return root
+
+
+def test_eval_on_span_level_labels_scores_hits_beside_the_baselines(tmp_path: Path):
+    dataset = _trail_dataset(tmp_path / "trail")
+    out = tmp_path / "pred.jsonl"
+    result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines if line.split() and "gaia" in line}
+    assert set(rows) == {"ranker", "first_step", "last_step", "first_failed", "random"}
+    # the first failed step is the failed page-down: a HIGH-impact hit, and its agent and step
+    assert rows["first_failed"][3:] == ["100.0", "100.0", "100.0", "100.0", "100.0"]
+    # the first step is the manager's facts survey: labelled LOW, not HIGH
+    assert rows["first_step"][3:5] == ["100.0", "0.0"]
+    record = json.loads(out.read_text())
+    assert record["file"] == "gaia-1.json.gz" and record["decisive_agent"] == "search_agent"
+    assert all(len(line) <= 80 for line in lines if not line.startswith("predictions:"))
+    bad = CliRunner().invoke(
+        main, ["eval", "--dataset", str(dataset), "--subset", "swe_bench", "--out", str(out)]
+    )
+    assert bad.exit_code != 0 and "no traces of subset swe_bench" in bad.output

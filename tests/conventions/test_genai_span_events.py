@@ -42,7 +42,7 @@ def test_a_tool_spans_events_give_its_result_and_its_arguments() -> None:
     )
     view = SpanView(span=span, attributes={}, kind=Kind.TOOL)
     assert GenAIEvents().output(view) == ("Error: ConnectionError - down", "tool")
-    assert GenAI().tool_arguments(view) == ('{"q": "x"}', "tool")
+    assert GenAI().tool_arguments(view) == '{"q": "x"}'
 
 
 def test_the_latest_conventions_operation_details_event() -> None:
