@@ -89,13 +89,17 @@ def test_team_delegating_to_a_member_whose_search_fails(instrumented, sink, make
         ],
     )
     story.assert_agents(trajectory, TEAM, RESEARCHER, SERVICE)
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
     search = story.the_span(spans, "web_search")
-    assert trajectory.steps[2].span_id == story.span_id(search)
-    assert trajectory.steps[2].tool_name == "web_search"
+    story.assert_failed_search(trajectory, search, RESEARCHER)
     assert trajectory.outcome != Outcome.FAILURE  # the team's run ended with status OK
 
-    pointed_at = [search, story.model_call_asking_for(spans, "web_search")]
+    # the failed search, the call asking for it, or the researcher's call that made the number up
+    pointed_at = [
+        search,
+        story.model_call_asking_for(spans, "web_search"),
+        story.model_call_saying(spans, story.FABRICATED),
+    ]
     verdict = story.blame(trajectory)
     story.assert_blamed(trajectory, verdict.step, pointed_at)
     assert verdict.agent == RESEARCHER

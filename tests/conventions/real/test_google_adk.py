@@ -129,13 +129,13 @@ def test_manager_calling_a_researcher_agent_tool_whose_search_fails(
         ],
     )
     story.assert_agents(trajectory, MANAGER, RESEARCHER, SERVICE)
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
     search = story.the_span(spans, "execute_tool web_search")
-    assert trajectory.steps[2].span_id == story.span_id(search)
-    assert trajectory.steps[2].tool_name == "web_search"
+    story.assert_failed_search(trajectory, search, RESEARCHER)
     assert trajectory.outcome == Outcome.FAILURE  # the root workflow span: status ERROR, exception event
     assert story.TOOL_ERROR in (trajectory.outcome_reason or "")
 
+    # the failed search or the call asking for it (the run ended there)
     pointed_at = [search, story.model_call_asking_for(spans, "web_search")]
     verdict = story.blame(trajectory)
     story.assert_blamed(trajectory, verdict.step, pointed_at)

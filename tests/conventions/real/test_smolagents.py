@@ -77,7 +77,9 @@ def test_code_agent_managing_a_tool_calling_agent_whose_search_fails(
     trajectory = built.trajectory
 
     # each model call is a step of its agent, each tool span a tool step (the failed search and both
-    # final_answer calls included); the "Step N" and agent spans group them and are not steps again
+    # final_answer calls included); a "Step N" span adds only what no step below it says: the
+    # manager's first code printed the search agent's report (its execution logs), its second only
+    # called final_answer, whose step says it already
     story.assert_steps(
         trajectory,
         spans,
@@ -87,20 +89,27 @@ def test_code_agent_managing_a_tool_calling_agent_whose_search_fails(
             story.failed_search(RESEARCHER, "SimpleTool"),
             story.model(RESEARCHER, "OpenAIModel.generate", "final_answer", story.FABRICATED),
             story.tool(RESEARCHER, "FinalAnswerTool", story.FABRICATED),
+            story.code(
+                MANAGER, "Step 1", "managed agent 'search_agent'", story.FABRICATED
+            ),  # what it printed
             story.model(MANAGER, "OpenAIModel.generate", CODE_ANSWER),
             story.tool(MANAGER, "FinalAnswerTool", story.ANSWER),
         ],
     )
     story.assert_agents(trajectory, MANAGER, RESEARCHER, SERVICE)
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
     search = story.the_span(spans, "SimpleTool", **{"tool.name": "web_search"})
-    assert trajectory.steps[2].span_id == story.span_id(search)
-    assert trajectory.steps[2].tool_name == "web_search"
+    story.assert_failed_search(trajectory, search, RESEARCHER)
     # the runs ended with status OK: smolagents recovered from the tool's error
     assert trajectory.outcome != Outcome.FAILURE
 
-    # the verdict, once the answer is known to be wrong: the failed search or the call asking for it
-    pointed_at = [search, story.model_call_asking_for(spans, "web_search")]
+    # the verdict, once the answer is known to be wrong (a late verdict): the failed search, the call
+    # asking for it, or the search agent's call that made the number up
+    pointed_at = [
+        search,
+        story.model_call_asking_for(spans, "web_search"),
+        story.model_call_saying(spans, story.FABRICATED),
+    ]
     verdict = story.blame(trajectory)
     story.assert_blamed(trajectory, verdict.step, pointed_at)
     assert verdict.agent == RESEARCHER

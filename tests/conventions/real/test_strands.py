@@ -108,13 +108,17 @@ def test_manager_using_a_researcher_agent_as_a_tool_whose_search_fails(
         ],
     )
     story.assert_agents(trajectory, MANAGER, RESEARCHER, SERVICE)
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
     search = story.the_span(spans, "execute_tool web_search")
-    assert trajectory.steps[2].span_id == story.span_id(search)
-    assert trajectory.steps[2].tool_name == "web_search"
+    story.assert_failed_search(trajectory, search, RESEARCHER)
     assert trajectory.outcome != Outcome.FAILURE
 
-    pointed_at = [search, _chat_before(spans, search)]
+    # the failed search, the call asking for it, or the researcher's call that made the number up
+    pointed_at = [
+        search,
+        story.model_call_asking_for(spans, "web_search"),
+        story.model_call_saying(spans, story.FABRICATED),
+    ]
     verdict = story.blame(trajectory)
     story.assert_blamed(trajectory, verdict.step, pointed_at)
     assert verdict.agent == RESEARCHER
@@ -123,10 +127,3 @@ def test_manager_using_a_researcher_agent_as_a_tool_whose_search_fails(
     assert answer["status"] == "attributed"
     assert answer["agent"] == RESEARCHER
     story.assert_blamed(trajectory, answer["step"], pointed_at)
-
-
-def _chat_before(spans, tool):  # noqa: ANN001, ANN202
-    """The model call that asked for ``tool``: the ``chat`` span in the same event-loop cycle."""
-    found = [s for s in spans if s.name == "chat" and s.parent and s.parent.span_id == tool.parent.span_id]
-    assert len(found) == 1
-    return found[0]
