@@ -71,10 +71,10 @@ test-crewai: $(CREWAI_STAMP)
 	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
 
 # Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why): their real-package
-# tests (tests/conventions/real/test_strands.py, test_google_adk.py) run in one environment of their own.
+# tests (tests/conventions/real/frameworks_env) run in one environment of their own.
 FRAMEWORKS_VENV ?= .venv-frameworks
 FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.installed
-FRAMEWORKS_TESTS := tests/conventions/real/test_strands.py tests/conventions/real/test_google_adk.py
+FRAMEWORKS_TESTS := tests/conventions/real/frameworks_env
 
 $(FRAMEWORKS_STAMP): pyproject.toml constraints-frameworks.txt
 	$(PYTHON) -m venv $(FRAMEWORKS_VENV)

@@ -29,7 +29,7 @@ from otel_blame.trajectory import Outcome
 from tests.conventions.conftest import SERVICE, Capture, blame_through_processor
 from tests.support import Reply, ScriptedLLM
 
-from . import story
+from .. import story
 
 pytest.importorskip("google.adk")
 pytest.importorskip("litellm")

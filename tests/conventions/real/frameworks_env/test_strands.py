@@ -17,7 +17,7 @@ from otel_blame.trajectory import Outcome
 from tests.conventions.conftest import SERVICE, send_then_verdict
 from tests.support import Reply, ScriptedLLM
 
-from . import story
+from .. import story
 
 strands = pytest.importorskip("strands")
 
