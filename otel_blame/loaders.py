@@ -532,6 +532,7 @@ def recorded_blame(
             agent=str(verdict[sc.BLAME_AGENT]),
             step=step,
             confidence=min(max(float(verdict.get(sc.BLAME_CONFIDENCE, 0.0)), 0.0), 1.0),
+            decided=verdict.get(sc.BLAME_DECIDED) is not False,  # written before blame.decided: decided
             reason=str(verdict.get(sc.BLAME_REASON, "")),
             method=str(verdict.get(sc.BLAME_METHOD, "unknown")),
             model=str(verdict[sc.BLAME_MODEL]) if verdict.get(sc.BLAME_MODEL) else None,

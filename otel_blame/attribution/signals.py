@@ -503,7 +503,7 @@ class EarlyDecision(Signal):
     benchmark positions."""
 
     name = "early_decision"
-    reason = "an early decision the rest of the run built on"
+    reason = "errors carry forward, so of similar suspects the earlier one is named"
     decay = 0.35
     coordinator_share = 0.35
 
@@ -585,7 +585,7 @@ class FinalAnswerEntry(Signal):
     known, tokens shared with it are dropped."""
 
     name = "final_answer"
-    reason = "the wrong final answer first appeared here"
+    reason = "the final answer first appeared here"
 
     def evidence(self, context: ScoringContext) -> Evidence:
         tokens = context.answer_tokens

@@ -34,12 +34,11 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from dataclasses import dataclass
 from enum import StrEnum
 
-from otel_blame.attribution.registry import is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor import analysis as pure
 from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob
 from otel_blame.processor.assembler import BufferedTrace
-from otel_blame.processor.attributor import AttributionRunner
+from otel_blame.processor.attributor import AttributionRunner, uses_llm
 from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
@@ -101,9 +100,8 @@ class AnalysisStage:
         ] = queue.SimpleQueue()
         # batches handed to the pool and not finished: one a worker, plus one waiting for the next free
         self._slots = threading.BoundedSemaphore(self.workers + 1)
-        in_process = not (
-            is_llm_method(config.attribution.method) or is_llm_method(config.attribution.fallback_method)
-        )  # an LLM method's job waits on the network: one at a time, so no worker sits on a queue
+        # an LLM method's job waits on the network: one at a time, so no worker sits on a queue
+        in_process = not uses_llm(config.attribution)
         self._dispatcher: BatchingWorker[_Scheduled] = BatchingWorker(
             self._dispatch, name="otel-blame-dispatch", max_batch=_MAX_JOBS_A_TRIP if in_process else 1
         )
@@ -120,9 +118,7 @@ class AnalysisStage:
         that cannot be sent to them (an embedding's hook, a lambda) keeps LLM attribution in threads
         here: content goes to an LLM only through the processor's own redactor."""
         attribution = self._config.attribution
-        needs_redactor = attribution.redact and (
-            is_llm_method(attribution.method) or is_llm_method(attribution.fallback_method)
-        )
+        needs_redactor = attribution.redact and uses_llm(attribution)
         sent: Redactor | None = None  # in-process methods: no LLM sees content, nothing to redact
         if needs_redactor:
             try:

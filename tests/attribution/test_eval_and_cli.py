@@ -457,8 +457,10 @@ def test_every_registered_command_loads_and_every_option_says_what_it_does():
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 assert param.help, f"{name} {param.opts[0]} has no help text"
-                if isinstance(param.type, click.Choice):
-                    assert "[" + "|".join(param.type.choices) + "]" in help_text, (name, param.opts)
+                if isinstance(param.type, click.Choice):  # its names: in the metavar, or listed in the help
+                    listed = "[" + "|".join(param.type.choices) + "]" in help_text
+                    said = ", ".join(param.type.choices) in " ".join(help_text.split())
+                    assert listed or said, (name, param.opts)
 
 
 def _trail_dataset(root: Path) -> Path:

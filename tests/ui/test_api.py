@@ -80,12 +80,17 @@ def test_a_run_and_an_unknown_run(client: TestClient, seeded) -> None:  # noqa: 
 
 
 def test_culprits_match_the_store(client: TestClient, seeded) -> None:  # noqa: ANN001
-    report = client.get("/api/culprits?window=24h&buckets=12").json()
-    expected: dict[tuple[str, str], int] = {}
-    for run in seeded[1]:
-        expected[(run.service, run.agent)] = expected.get((run.service, run.agent), 0) + 1
-    assert {(c["service"], c["agent"]): c["count"] for c in report["culprits"]} == expected
-    assert len(report["bucket_starts"]) == 12 and report["total"] == 31
+    """Decided verdicts by default, every verdict with ?undecided=1."""
+    runs = seeded[1]
+    assert 0 < sum(run.decided for run in runs) < len(runs)  # the seeded runs have both kinds
+    for query, counted in (("", [r for r in runs if r.decided]), ("&undecided=1", runs)):
+        report = client.get(f"/api/culprits?window=24h&buckets=12{query}").json()
+        expected: dict[tuple[str, str], int] = {}
+        for run in counted:
+            expected[(run.service, run.agent)] = expected.get((run.service, run.agent), 0) + 1
+        assert {(c["service"], c["agent"]): c["count"] for c in report["culprits"]} == expected
+        assert len(report["bucket_starts"]) == 12 and report["total"] == len(counted)
+        assert report["undecided"] == len(runs) - len(counted)
 
 
 def test_attribute_a_who_and_when_log_as_body_and_as_file(client: TestClient) -> None:

@@ -24,7 +24,10 @@ the failure's path. A step's content is *unsupported* when:
 - it states the run's answer with values that nothing before it gave or derives
   (``answer_unsupported``);
 - the agent it handed over to said what it got was lacking: missing, not confirmed, incomplete
-  (``input_found_lacking``, on the message that was answered: the victim names its input).
+  (``input_found_lacking``, on the message that was answered: the victim names its input);
+- a later step testifies that it went wrong: an objection, a mismatch, a confession, a review that
+  says no progress is being made (``testified_wrong``; the testifying step gets ``testimony``:
+  :mod:`.testimony`).
 
 Every feature is a number in [0, 1] per step; the ranker (:mod:`otel_blame.attribution.ranker`)
 weighs them. Nothing here knows agent names, role strings or absolute positions.
@@ -57,6 +60,7 @@ from otel_blame.attribution.causal.graph import (
     numbers_in,
     tokens_of,
 )
+from otel_blame.attribution.causal.testimony import read_testimony
 from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure, says_an_answer
 from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
@@ -84,6 +88,8 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "input_found_lacking",
     "novel_identifier",
     "stop_in_result",
+    "testimony",
+    "testified_wrong",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -702,6 +708,9 @@ def read_causally(
     if cut_short is not None:
         features["dropped_task"][cut_short] = 1.0
     features["input_found_lacking"].update(_found_lacking(graph, lowers))
+    said, against = read_testimony(graph.trajectory, lowers)
+    features["testimony"].update(said)
+    features["testified_wrong"].update(against)
     atoms = _atoms_read(graph)
     features["novel_identifier"].update(atoms.identifiers)
     features["novel_call_value"].update(atoms.novel_calls)
