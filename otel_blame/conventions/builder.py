@@ -490,14 +490,15 @@ def _repeats(result: str, below: list[str]) -> bool:
 
 
 def _enclosing(graph: TraceGraph, found: list[_Found]) -> set[bytes]:
-    """Steps whose span encloses other steps' spans: they speak when they end (an agent run around its
-    sub-agents; a tool that hands the task to another agent and returns its answer, or its error)."""
+    """Steps that speak when they end: a tool or code step, whose content is what it returned (a tool
+    that hands the task to another agent returns that agent's answer, or its error, after the agent's
+    own steps, enclosed by its span or not), and an agent span around other steps (its sub-agents)."""
     step_ids = {item.view.span_id for item in found}
     return {
         item.view.span_id
         for item in found
-        if item.view.kind in (Kind.AGENT, Kind.TOOL, Kind.CODE)
-        and any(d.span_id in step_ids for d in graph.descendants(item.view))
+        if item.view.kind in (Kind.TOOL, Kind.CODE)
+        or (item.view.kind == Kind.AGENT and any(d.span_id in step_ids for d in graph.descendants(item.view)))
     }
 
 
