@@ -246,8 +246,8 @@ def says_an_answer(lowered: str) -> bool:
 SPECIFICATION_CHARS = 4000  # what is read of a message for a specification fault
 _SUBJECT_WORDS = ("spec", "request", "question", "instruction", "task", "requirement", "prompt")
 _FAULT_WORDS = (
-    "contradict", "conflicting", "ambiguous", "unclear", "inconsistent", "specified", "incomplete",
-    "impossible", "does not", "did not", "doesn't", "didn't", "not enough", "insufficient", "missing",
+    "does not", "did not", "specified", "missing", "doesn't", "didn't", "incomplete", "ambiguous",
+    "inconsistent", "insufficient", "impossible", "contradict", "not enough", "unclear", "conflicting",
 )  # fmt: skip
 
 

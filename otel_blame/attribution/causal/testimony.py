@@ -46,10 +46,12 @@ _CONFESSION = re.compile(
 # the same on ASCII text (word boundaries as table look-ups: twice as fast)
 _ASCII_WRONG = re.compile(_WRONG.pattern, re.ASCII)
 _ASCII_CONFESSION = re.compile(_CONFESSION.pattern, re.ASCII)
+# a step is read for testimony only where one of these is (the most frequent first: a test stops at the
+# first found)
 _KEYS = (
-    "incorrect", "wrong", "inaccurate", "erroneous", "invalid", "irrelevant", "unrelated", "not ", "n't ",
-    "mistake", "error", "discrepan", "inconsisten", "unable", "failed", "fails", "no ", "progress", "loop",
-    "circles", "mis", "overlook", "apolog", "let me", "oversight", "forgot",
+    "not ", "no ", "error", "progress", "loop", "failed", "mis", "n't ", "let me", "incorrect", "mistake",
+    "unable", "wrong", "inaccurate", "erroneous", "invalid", "irrelevant", "unrelated", "discrepan",
+    "inconsisten", "fails", "circles", "overlook", "apolog", "oversight", "forgot",
 )  # fmt: skip
 # every confession holds one of these (most testimony is not one: its regex is mostly not run)
 _CONFESSION_KEYS = ("made a", "my ", "apologi", "let me ", "i mis", "we mis", "overlooked", "forgot")
