@@ -84,6 +84,7 @@ OPENINFERENCE_TOOL_NAME = "tool.name"
 OPENINFERENCE_SESSION_ID = "session.id"
 OPENINFERENCE_METADATA = "metadata"  # JSON; LangChain runs carry LangGraph's keys here
 OPENINFERENCE_GRAPH_NODE_ID = "graph.node.id"
+OPENINFERENCE_GRAPH_NODE_NAME = "graph.node.name"
 OPENINFERENCE_OUTPUT_MIME_TYPE = "output.mime_type"
 # smolagents (OpenInference's instrumentor): an agent run's task and the agents it manages
 SMOLAGENTS_TASK = "smolagents.task"

@@ -55,6 +55,8 @@ CONVENTIONS: tuple[Convention, ...] = (
     GenAIEvents(),
 )
 _STEP_KINDS = (Kind.AGENT, Kind.TOOL, Kind.CODE, Kind.LLM)
+FRAMING_WORDS = 8  # a grouping span's result around a step's own output, with no more than this of its own
+FRAMED_MIN_CHARS = 4  # a step's output this short is not looked for inside a result (a "0" is everywhere)
 _TOOL_CALL = re.compile(r"^tool_call ([^(\s]+)\(", re.MULTILINE)
 UNKNOWN_SERVICE = "unknown_service"
 UNNAMED_AGENT = "unnamed agent"  # a step's agent when no telemetry names one (never the service or host)
@@ -462,7 +464,7 @@ def _group_results(graph: TraceGraph, resolver: AgentResolver, found: list[_Foun
         kind, tool_name = (StepKind.TOOL, called.group(1)) if called else (StepKind.CODE_EXECUTION, None)
         result = first(CONVENTIONS, "observation", view)
         stated = result.strip() if result else ""
-        if stated and not any(stated in item.content for item in below if item is not calls[0]):
+        if stated and not _repeats(stated, [item.content for item in below if item is not calls[0]]):
             out.append(
                 _Found(view, kind, result or "", None, tool_name, is_error=_is_error(view), at_end=True)
             )
@@ -471,13 +473,32 @@ def _group_results(graph: TraceGraph, resolver: AgentResolver, found: list[_Foun
     return out
 
 
+def _repeats(result: str, below: list[str]) -> bool:
+    """Whether a grouping span's result says nothing a step below it did not: it is one of theirs, or
+    what is left of it once theirs are taken out is a short framing without a value ("Execution logs:
+    Last output from code snippet:" around the final answer a tool step already gave)."""
+    if any(result in content for content in below):
+        return True
+    left = result
+    for content in below:
+        content = content.strip()
+        if len(content) >= FRAMED_MIN_CHARS and content in left:
+            left = left.replace(content, " ")
+    if left == result:
+        return False
+    return len(left.split()) <= FRAMING_WORDS and not any(character.isdigit() for character in left)
+
+
 def _enclosing(graph: TraceGraph, found: list[_Found]) -> set[bytes]:
-    """Steps whose span encloses other steps' spans: they speak when they end."""
+    """Steps that speak when they end: a tool or code step, whose content is what it returned (a tool
+    that hands the task to another agent returns that agent's answer, or its error, after the agent's
+    own steps, enclosed by its span or not), and an agent span around other steps (its sub-agents)."""
     step_ids = {item.view.span_id for item in found}
     return {
         item.view.span_id
         for item in found
-        if item.view.kind == Kind.AGENT and any(d.span_id in step_ids for d in graph.descendants(item.view))
+        if item.view.kind in (Kind.TOOL, Kind.CODE)
+        or (item.view.kind == Kind.AGENT and any(d.span_id in step_ids for d in graph.descendants(item.view)))
     }
 
 

@@ -94,7 +94,10 @@ class OpenInference(Convention):
         return _tools_fingerprint(view.attributes[sc.SMOLAGENTS_TOOLS_NAMES]) or None
 
     def agent_hint(self, view: SpanView) -> str | None:
-        node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID))
+        # the node's name where the instrumentor gives one (Agno: graph.node.id is a generated id)
+        node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_NAME)) or text(
+            view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID)
+        )
         if node and not node.startswith("__"):  # LangGraph's __start__ / __end__ are not agents
             return node
         return langgraph_node(_metadata(view))

@@ -13,6 +13,7 @@ from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.bench.evaluate import PredictionRecord, score_case, summarise
 from otel_blame.bench.who_and_when import load_case
 from otel_blame.cli import main
+from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 RECORD_FIELDS = [
     "file",
@@ -175,7 +176,8 @@ def test_eval_missing_dataset_layout_is_a_clear_error(tmp_path: Path):
     assert result.exit_code != 0 and "no Algorithm-Generated/Hand-Crafted/*.json logs" in result.output
 
 
-def test_attribute_command_text_and_json(dataset: Path):
+def test_attribute_command_text_and_json(dataset: Path, monkeypatch: pytest.MonkeyPatch):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     file = dataset / "Hand-Crafted" / "0.json"
     text = CliRunner().invoke(main, ["attribute", str(file)])
     assert text.exit_code == 0 and "agent:      Solver" in text.output and "step:       0" in text.output
@@ -264,7 +266,10 @@ def test_a_successful_run_is_reported_as_such_and_blamed_only_on_request(tmp_pat
     assert parsed["blamed"] and parsed["agent"] and parsed["outcome"] == "success"
 
 
-def test_an_unknown_outcome_is_not_blamed_without_assume_failed(tmp_path: Path):
+def test_an_unknown_outcome_is_not_blamed_without_assume_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     from otel_blame import semconv as sc
 
     file = _otlp_file(tmp_path, failed=True)
@@ -335,7 +340,10 @@ def test_blame_already_in_the_file_is_shown_not_recomputed(enriched_file: Path):
     assert again["recorded"] is False and (again["agent"], again["step"]) == (expected.agent, expected.step)
 
 
-def test_the_table_has_a_row_per_step_with_scores_and_marks_the_culprit(dataset: Path):
+def test_the_table_has_a_row_per_step_with_scores_and_marks_the_culprit(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     result = CliRunner().invoke(
         main, ["attribute", str(dataset / "Hand-Crafted" / "1.json")], env={"COLUMNS": "120"}
     )

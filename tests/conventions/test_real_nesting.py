@@ -210,3 +210,14 @@ def test_other_http_statuses_on_an_ok_tool_span_are_not_a_failing_dependency(sta
     search["span_attributes"]["http.response.status_code"] = status
     failures = _built(tree).trajectory.dependency_failures
     assert not [f for f in failures if f.span_id == search["span_id"]]
+
+
+def test_a_tool_called_with_an_argument_it_does_not_take_is_the_callers_fault_not_a_dependency() -> None:
+    from otel_blame.attribution.registry import create_method
+
+    trajectory = _built(st.gaia_run()).trajectory
+    page_down = next(s for s in trajectory.steps if s.tool_name == "page_down")
+    assert page_down.is_error and "unexpected keyword argument" in page_down.content
+    assert not [f for f in trajectory.dependency_failures if f.step == page_down.index]
+    verdict = create_method("ranker").attribute(trajectory)
+    assert verdict.category != "dependency" and verdict.dependency is None

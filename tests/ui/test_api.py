@@ -15,6 +15,7 @@ from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.security import CONTENT_SECURITY_POLICY, CSRF_COOKIE, SESSION_COOKIE
 from otel_blame.ui.settings import UISettings
 from tests.store.runs import who_and_when_files
+from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["/ui/", "/ui/culprits", "/ui/attribute", "/ui/runs/" + "1".rjust(32, "0")]
@@ -197,7 +198,10 @@ def test_sign_in_sets_an_httponly_samesite_cookie(locked: TestClient) -> None:
     assert locked.get("/ui/").status_code == 303
 
 
-def test_state_changing_requests_need_the_csrf_token(locked: TestClient) -> None:
+def test_state_changing_requests_need_the_csrf_token(
+    locked: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     _sign_in(locked)
     text = who_and_when_files(1)[0].read_text()
     csrf = locked.cookies.get(CSRF_COOKIE)
