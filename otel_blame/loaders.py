@@ -36,6 +36,7 @@ from otel_blame.trajectory import (
     Task,
     Trajectory,
     name_from_input,
+    stated_final_answer,
 )
 
 # "Orchestrator (thought)", "Orchestrator (-> WebSurfer)": the speaker is the part before " (".
@@ -190,6 +191,9 @@ def trajectory_from_conversation(
     if not messages:
         raise TrajectoryFormatError("the conversation has no messages")
     steps = [step_from_message(position, message) for position, message in enumerate(messages)]
+    if task.final_output is None:  # what the run said last on a "FINAL ANSWER:" line
+        stated = stated_final_answer(step.content for step in reversed(steps))
+        task = task.model_copy(update={"final_output": stated})
     return Trajectory(task=task, steps=steps, outcome=outcome, source=source)
 
 

@@ -24,7 +24,9 @@ if not WHO_AND_WHEN.is_dir():  # a worktree beside main: ../shared from the repo
 # (measured 2026-11-26 with the shipped model; the Who&When figure is this test's own CV: Who&When
 # alone, the campaigns not added to the training folds)
 DEMO_CAMPAIGN = {"runs": 24, "seed": 11, "agent": 1.0}
-WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.513, 0.303), "Hand-Crafted": (0.567, 0.167)}
+# (re-measured 2026-11-28: the loader reads a log's "FINAL ANSWER:" line as its final output, which the
+# causal reading follows back; Hand-Crafted 0.567 / 0.167 before, Algorithm-Generated 0.513 / 0.303)
+WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.553, 0.329), "Hand-Crafted": (0.5, 0.2)}
 SLACK = 0.05  # "more than a few points below" fails
 DEMO_SLACK_RUNS = 2  # on 24 runs a point is a run: two runs of slack
 

@@ -21,9 +21,9 @@ WHO_AND_WHEN, TRAIL = SHARED / "who_and_when" / "dev", SHARED / "trail" / "dev"
 # recorded 2026-11-28 with the shipped model (docs/benchmarks.md, "Real failures"): runs right
 # (agent, step; TRAIL: agent of the earliest HIGH-impact error, blamed span annotated) and decided
 RECORDED = {
-    "ww-Algorithm-Generated": {"runs": 76, "agent": 47, "step": 31, "decided": 9, "decided_right": 8},
-    "ww-Hand-Crafted": {"runs": 30, "agent": 16, "step": 6, "decided": 1, "decided_right": 1},
-    "trail-gaia": {"runs": 54, "agent": 48, "hit": 29, "decided": 29, "decided_right": 29},
+    "ww-Algorithm-Generated": {"runs": 76, "agent": 45, "step": 29, "decided": 9, "decided_right": 8},
+    "ww-Hand-Crafted": {"runs": 30, "agent": 17, "step": 6, "decided": 1, "decided_right": 1},
+    "trail-gaia": {"runs": 54, "agent": 48, "hit": 28, "decided": 29, "decided_right": 29},
     "trail-swe_bench": {"runs": 13, "agent": 13, "hit": 5, "decided": 13, "decided_right": 13},
 }
 SLACK_RUNS = 2  # a change of two runs either way is noise; three is a regression
