@@ -198,7 +198,8 @@ def _window(text: str) -> str:
 
 
 def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
+    """Lower-cased, with each run of whitespace one space and none at the ends."""
+    return " ".join(text.split()).lower()
 
 
 def _is_task_statement(step: Step, trajectory: Trajectory) -> bool:

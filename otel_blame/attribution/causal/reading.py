@@ -333,13 +333,13 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
     return found
 
 
+# (the words behind one word boundary: the regex tries each word's start once, not once per word)
 _ASKS = re.compile(
-    r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b"
+    r"\?\s*$|```|\b(?:(?:please|implement|next|then|retry|wait)\b"
     # work the message itself announces: "I will retry", "let me check", "I'll wait"
-    r"|\b(?:i|we) (?:will|shall|am going to|are going to)\b|\b(?:i'll|we'll|let me|let us)\b"
-    r"|\bretry\b|\bwait\b"
+    r"|(?:i|we) (?:will|shall|am going to|are going to)\b|(?:i'll|we'll|let me|let us)\b"
     # work the message itself lists as left: "Still to find: ...", "remaining", "not yet"
-    r"|\bstill (?:to|need)|\bremaining\b|\bnot yet\b|\bleft to\b",
+    r"|still (?:to|need)|(?:remaining|not yet|left to)\b)",
     re.IGNORECASE | re.MULTILINE,
 )
 _ASKS_LOWER = re.compile(_ASKS.pattern, re.MULTILINE)  # the same for the lower-cased text

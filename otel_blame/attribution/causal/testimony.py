@@ -43,11 +43,18 @@ _CONFESSION = re.compile(
     r"|\b(?:i|we) apologi[sz]e\b|\bapologies for\b|\blet me (?:correct|fix|redo|re-?check|revisit)\b"
     r"|\b(?:i|we) (?:mis\w+|overlooked|forgot)\b"
 )
+# the same on ASCII text (word boundaries as table look-ups: twice as fast)
+_ASCII_WRONG = re.compile(_WRONG.pattern, re.ASCII)
+_ASCII_CONFESSION = re.compile(_CONFESSION.pattern, re.ASCII)
+# a step is read for testimony only where one of these is (the most frequent first: a test stops at the
+# first found)
 _KEYS = (
-    "incorrect", "wrong", "inaccurate", "erroneous", "invalid", "irrelevant", "unrelated", "not ", "n't ",
-    "mistake", "error", "discrepan", "inconsisten", "unable", "failed", "fails", "no ", "progress", "loop",
-    "circles", "mis", "overlook", "apolog", "let me", "oversight", "forgot",
+    "not ", "no ", "error", "progress", "loop", "failed", "mis", "n't ", "let me", "incorrect", "mistake",
+    "unable", "wrong", "inaccurate", "erroneous", "invalid", "irrelevant", "unrelated", "discrepan",
+    "inconsisten", "fails", "circles", "overlook", "apolog", "oversight", "forgot",
 )  # fmt: skip
+# every confession holds one of these (most testimony is not one: its regex is mostly not run)
+_CONFESSION_KEYS = ("made a", "my ", "apologi", "let me ", "i mis", "we mis", "overlooked", "forgot")
 
 
 def read_testimony(
@@ -62,15 +69,18 @@ def read_testimony(
     for step in steps:
         if step.kind != StepKind.MESSAGE or step.index == 0:
             continue
-        head = lowers.get(step.index, step.content.lower())[:TESTIMONY_CHARS]
+        lowered = lowers[step.index] if step.index in lowers else step.content.lower()
+        head = lowered[:TESTIMONY_CHARS]
         if not any(map(head.__contains__, _KEYS)):
             continue
-        confession = _CONFESSION.search(head)
-        found = confession or _WRONG.search(head)
-        if found is None:
+        ascii_text = head.isascii()
+        confession = any(map(head.__contains__, _CONFESSION_KEYS)) and (
+            (_ASCII_CONFESSION if ascii_text else _CONFESSION).search(head) is not None
+        )
+        if not confession and (_ASCII_WRONG if ascii_text else _WRONG).search(head) is None:
             continue
         said[step.index] = 1.0
-        target = _pointed_at(trajectory, step.index, head, agents, own=confession is not None)
+        target = _pointed_at(trajectory, step.index, head, agents, own=confession)
         if target is not None:
             against[target] = min(1.0, against.get(target, 0.0) + 0.5)
     return said, against
