@@ -321,43 +321,49 @@ def read_text(path: str | Path, on_progress: Callable[[int, int], None] | None =
                 if on_progress is not None:
                     on_progress(sum(map(len, chunks)), total)
         data = b"".join(chunks)
-        if data[:2] == _GZIP_MAGIC:
-            data = _gunzip(data, path)
     except IsADirectoryError:
         raise TrajectoryFormatError(f"cannot read {path}: it is a directory, expected a file") from None
     except OSError as error:
         raise TrajectoryFormatError(f"cannot read {path}: {error.strerror or error}") from None
+    return decode_bytes(data, str(path))
+
+
+def decode_bytes(data: bytes, source: str, *, max_gunzipped: int | None = None) -> str:
+    """A saved run's bytes as text: gunzipped when they are gzip (at most ``max_gunzipped`` bytes once
+    decompressed, MAX_GUNZIPPED_BYTES by default), then UTF-8. Errors name the source and what was wrong."""
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, source, MAX_GUNZIPPED_BYTES if max_gunzipped is None else max_gunzipped)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise TrajectoryFormatError(
-            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}, line {line}); "
-            f"{EXPECTED_FORMATS}"
+            f"{source}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}, "
+            f"line {line}); {EXPECTED_FORMATS}"
         ) from None
 
 
 _CHUNK = 1 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 # a gzipped file expands to at most this: far above any real trace, and a bound on a gzip bomb
 MAX_GUNZIPPED_BYTES = 1 << 30
 
 
-def _gunzip(data: bytes, path: Path) -> bytes:
-    """A gzipped file's content, refusing what is corrupt or expands past MAX_GUNZIPPED_BYTES."""
+def _gunzip(data: bytes, source: str, limit: int) -> bytes:
+    """A gzipped file's content, refusing what is corrupt or expands past ``limit`` bytes."""
     import zlib
 
     inflater = zlib.decompressobj(wbits=31)
     try:
-        out = inflater.decompress(data, MAX_GUNZIPPED_BYTES + 1)
+        out = inflater.decompress(data, limit + 1)
     except zlib.error as error:
-        raise TrajectoryFormatError(f"{path}: a gzip file that cannot be decompressed ({error})") from None
-    if len(out) > MAX_GUNZIPPED_BYTES:
+        raise TrajectoryFormatError(f"{source}: a gzip file that cannot be decompressed ({error})") from None
+    if len(out) > limit:
         raise TrajectoryFormatError(
-            f"{path}: gzipped content larger than {MAX_GUNZIPPED_BYTES >> 20} MiB once decompressed; refused"
+            f"{source}: gzipped content larger than {limit >> 20} MiB once decompressed; refused"
         )
     if not inflater.eof:
-        raise TrajectoryFormatError(f"{path}: a truncated gzip file (the stream does not end)")
+        raise TrajectoryFormatError(f"{source}: a truncated gzip file (the stream does not end)")
     return out
 
 

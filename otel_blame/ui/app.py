@@ -363,7 +363,7 @@ class BlameUI:
             data, name = await upload_file_text(upload, self.settings.max_upload_bytes)
             if not data.strip():  # no file chosen: the pasted text
                 data, name = str(form.get("text") or "").encode("utf-8"), "the pasted trace"
-            text = decode_text(data, name)
+            text = decode_text(data, name, self.settings.max_upload_bytes)
             saved = await run_in_threadpool(parse_upload, text, name)
             assume_failed = form.get("assume_failed") in ("yes", "on", "true", "1")
             context["assume_failed"] = assume_failed
@@ -522,7 +522,7 @@ class BlameUI:
             data, name = await upload_file_text(upload, self.settings.max_upload_bytes)
         else:  # ?name= names a file posted as the body (curl --data-binary @run.json)
             data, name = body, request.query_params.get("name", "").strip()[:200] or "the request body"
-        text = decode_text(data, name)
+        text = decode_text(data, name, self.settings.max_upload_bytes)
         saved = await run_in_threadpool(parse_upload, text, name)
         assume_failed = request.query_params.get("assume_failed", "").lower() in ("1", "true", "yes")
         decision = blame_decision(saved.trajectory)

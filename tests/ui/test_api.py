@@ -312,3 +312,21 @@ def test_the_kind_of_failure_and_the_cross_run_evidence_are_kept_and_shown(tmp_p
         assert StoredRun.model_validate(older).category is None
     finally:
         store.close()
+
+
+def test_a_gzipped_span_tree_is_attributed_and_a_gzip_bomb_refused(client: TestClient) -> None:
+    import gzip
+
+    from tests.conventions import span_trees
+
+    packed = gzip.compress(json.dumps(span_trees.gaia_run()).encode())
+    response = client.post(
+        "/api/attribute?assume_failed=1", files={"file": ("gaia.json.gz", packed, "application/gzip")}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["agent"] in {"CodeAgent", "search_agent", "answer_single_question"}
+    bomb = gzip.compress(b" " * (400 * 1024 * 1024), compresslevel=9)  # 400 MiB of spaces, 0.4 MiB packed
+    refused = client.post("/api/attribute", files={"file": ("bomb.json.gz", bomb, "application/gzip")})
+    assert refused.status_code == 415 and "once decompressed" in refused.json()["error"]
+    cut = client.post("/api/attribute", files={"file": ("cut.json.gz", packed[:100], "application/gzip")})
+    assert cut.status_code == 415 and "gzip" in cut.json()["error"]
