@@ -243,7 +243,6 @@ def _trajectory_and_spans_from_otlp_json(
     text: str, source: str | None = None
 ) -> tuple[Trajectory, list[Any]]:
     from otel_blame import otlp_json
-    from otel_blame.conventions import trace_ids, trajectory_from_spans
 
     try:
         documents = list(otlp_json.iter_json_documents(text))
@@ -260,18 +259,25 @@ def _trajectory_and_spans_from_otlp_json(
         )
     except otlp_json.OTLPJSONError as error:
         raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
+    trajectory = _one_trace(resource_spans, resource_logs, source or "input")
+    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
+    return trajectory, list(resource_spans)
+
+
+def _one_trace(resource_spans: list[Any], resource_logs: list[Any], source: str) -> Trajectory:
+    """The trajectory of a file's one trace; a file of several traces, or of no agent steps, is refused."""
+    from otel_blame.conventions import trace_ids, trajectory_from_spans
+
     traces = trace_ids(resource_spans)
     if len(traces) > 1:
         shown = ", ".join(trace.hex() for trace in traces[:5])
         raise TrajectoryFormatError(
-            f"{source or 'input'} holds {len(traces)} traces ({shown}); export one trace per file"
+            f"{source} holds {len(traces)} traces ({shown}); export one trace per file"
         )
     try:
-        trajectory = trajectory_from_spans(resource_spans, resource_logs)
+        return trajectory_from_spans(resource_spans, resource_logs)
     except ValueError as error:
-        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
-    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
-    return trajectory, list(resource_spans)
+        raise TrajectoryFormatError(f"{source}: {error}") from None
 
 
 def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] = ()) -> Trajectory:
@@ -475,23 +481,13 @@ def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]
 
 
 def _from_span_tree(data: Any, source: str) -> tuple[Trajectory, dict[str, Any]]:
-    from otel_blame.conventions import trace_ids, trajectory_from_spans
     from otel_blame.span_tree import SpanTreeError, span_tree_to_otlp
 
     try:
         resource_spans = span_tree_to_otlp(data)
     except SpanTreeError as error:
         raise TrajectoryFormatError(f"{source}: {error}") from None
-    traces = trace_ids(resource_spans)
-    if len(traces) > 1:
-        shown = ", ".join(trace.hex() for trace in traces[:5])
-        raise TrajectoryFormatError(
-            f"{source} holds {len(traces)} traces ({shown}); export one trace per file"
-        )
-    try:
-        trajectory = trajectory_from_spans(resource_spans)
-    except ValueError as error:
-        raise TrajectoryFormatError(f"{source}: {error}") from None
+    trajectory = _one_trace(resource_spans, [], source)
     trajectory = trajectory.model_copy(update={"source": source})
     recorded, scores = recorded_blame(resource_spans, trajectory)
     return trajectory, {"recorded": recorded, "recorded_scores": scores}

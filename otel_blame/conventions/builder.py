@@ -114,8 +114,9 @@ def _classify(view: SpanView) -> Kind | None:
     return min(votes)[1] if votes else None
 
 
-def _content(view: SpanView) -> tuple[str, str | None]:
-    """Content and role the span itself carries, best source first."""
+def _content(view: SpanView, *, arguments: bool = True) -> tuple[str, str | None]:
+    """Content and role the span itself carries, best source first; a tool span that recorded no
+    result reads as its arguments unless ``arguments`` is off (they are then the step's own field)."""
     if view.kind in (Kind.TOOL, Kind.CODE):
         for convention in CONVENTIONS:
             found = convention.tool_output(view)
@@ -125,7 +126,7 @@ def _content(view: SpanView) -> tuple[str, str | None]:
         answer = convention.output(view)
         if answer is not None:
             return answer
-    found = first(CONVENTIONS, "tool_arguments", view) if view.kind == Kind.TOOL else None
+    found = first(CONVENTIONS, "tool_arguments", view) if arguments and view.kind == Kind.TOOL else None
     return (found, "tool") if found else ("", None)
 
 
@@ -415,7 +416,7 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
                 a.kind == view.kind and first(CONVENTIONS, "tool_name", a) == tool_name for a in enclosing
             ):
                 continue  # one call seen by two instrumentations
-            content, role = _tool_content(view)
+            content, role = _content(view, arguments=False)
             arguments = first(CONVENTIONS, "tool_arguments", view)
             found.append(_Found(view, _step_kind(view), content, role, tool_name, arguments, _is_error(view)))
     owned: dict[bytes, list[_Found]] = defaultdict(list)
@@ -500,18 +501,6 @@ def _enclosing(graph: TraceGraph, found: list[_Found]) -> set[bytes]:
         if item.view.kind in (Kind.TOOL, Kind.CODE)
         or (item.view.kind == Kind.AGENT and any(d.span_id in step_ids for d in graph.descendants(item.view)))
     }
-
-
-def _tool_content(view: SpanView) -> tuple[str, str | None]:
-    for convention in CONVENTIONS:
-        found = convention.tool_output(view)
-        if found is not None:
-            return found
-    for convention in CONVENTIONS:
-        answer = convention.output(view)
-        if answer is not None:
-            return answer
-    return "", None
 
 
 def _default_role(kind: StepKind) -> str:
