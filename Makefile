@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-crewai lint unit e2e-components system-packages bench clean
+.PHONY: demo test test-crewai test-frameworks lint unit e2e-components system-packages bench clean
 
 $(STAMP): pyproject.toml setup.py constraints.txt otel_blame/processor/_wire.c
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +70,24 @@ $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 test-crewai: $(CREWAI_STAMP)
 	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
 
-test: $(STAMP) lint e2e-components system-packages test-crewai
-	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py
+# Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why): their real-package
+# tests (tests/conventions/real/frameworks_env) run in one environment of their own.
+FRAMEWORKS_VENV ?= .venv-frameworks
+FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.installed
+FRAMEWORKS_TESTS := tests/conventions/real/frameworks_env
+
+$(FRAMEWORKS_STAMP): pyproject.toml constraints-frameworks.txt
+	$(PYTHON) -m venv $(FRAMEWORKS_VENV)
+	$(FRAMEWORKS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FRAMEWORKS_VENV)/bin/python -m pip install --quiet -c constraints-frameworks.txt -e '.[dev,processor,frameworks-tests]'
+	touch $(FRAMEWORKS_STAMP)
+
+test-frameworks: $(FRAMEWORKS_STAMP)
+	$(FRAMEWORKS_VENV)/bin/python -m pytest -q $(FRAMEWORKS_TESTS)
+
+test: $(STAMP) lint e2e-components system-packages test-crewai test-frameworks
+	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py \
+		$(addprefix --ignore=,$(FRAMEWORKS_TESTS))
 
 clean:
-	rm -rf $(VENV) $(CREWAI_VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(CREWAI_VENV) $(FRAMEWORKS_VENV) .pytest_cache .ruff_cache *.egg-info

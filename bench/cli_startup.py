@@ -1,21 +1,27 @@
 """How fast `otel-blame --help`, `--version` and `attribute` on a small file answer, against a
 same-run baseline.
 
-Each command runs ``--runs`` times as a fresh process; the median wall time is reported with its
-ratio to a bare ``python -c pass`` (the interpreter's own start) and to importing every
-subcommand up front (what the CLI did before its subcommands became lazy). ``attribute`` runs
-the heuristic on a small Who&When log (``--file``), a second time with pydantic's plugins off:
-the dev environment carries ``logfire`` (a test-only extra), whose pydantic plugin imports the
-OpenAI SDK on the first model a process builds; a user's install has no such plugin. Usage::
+Each command runs ``--runs`` times as a fresh process, the commands in turn (so a change of load on
+a shared machine weighs on each alike). Reported: the median wall time and the median CPU time
+(user + system, which other jobs stretch far less than the wall clock), each with its ratio to a
+bare ``python -c pass`` (the interpreter's own start); and importing every subcommand up front (what
+the CLI did before its subcommands became lazy). The package (and ``--before``) is byte-compiled
+first, as an install leaves it. ``attribute`` runs the default method on a small Who&When log
+(``--file``), a second time with pydantic's plugins off: the dev environment carries ``logfire`` (a
+test-only extra), whose pydantic plugin imports the OpenAI SDK on the first model a process
+builds; a user's install has no such plugin. ``--before`` runs an earlier tree's command (with
+``python -P``, so the working directory's checkout does not shadow it). Usage::
 
-    git archive 9522cee otel_blame | tar -x -C /tmp/before
-    .venv/bin/python bench/cli_startup.py --runs 15 --file /work/shared/who_and_when/dev/Hand-Crafted/1.json \
+    git archive main otel_blame | tar -x -C /tmp/before
+    .venv/bin/python bench/cli_startup.py --runs 21 --file /work/shared/who_and_when/dev/Hand-Crafted/1.json \
         --before /tmp/before
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import resource
 import shutil
 import statistics
 import subprocess
@@ -24,13 +30,28 @@ import time
 from pathlib import Path
 
 
-def median_seconds(argv: list[str], runs: int) -> float:
-    times = []
+def seconds(argv: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run; CPU is the child's user + system time, which other jobs on a
+    shared machine stretch far less than the wall clock."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def median_seconds(cases: dict[str, list[str]], runs: int) -> dict[str, tuple[float, float]]:
+    """Each case's median (wall, CPU) over ``runs``, the cases taken in turn (one run of each per
+    round), so a change of load on a shared machine weighs on every case alike rather than on one."""
+    taken: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for name, argv in cases.items():
+            taken[name].append(seconds(argv))
+    return {
+        name: (statistics.median(w for w, _ in runs_of), statistics.median(c for _, c in runs_of))
+        for name, runs_of in taken.items()
+    }
 
 
 def main() -> None:
@@ -45,6 +66,15 @@ def main() -> None:
         ": its `attribute` is timed too, as the baseline",
     )
     args = parser.parse_args()
+    # byte-compiled as an install leaves them (pip writes .pyc files): with PYTHONDONTWRITEBYTECODE
+    # set, as on the development machine, a checkout's modules would be compiled again on every run
+    import otel_blame
+
+    trees = [Path(otel_blame.__file__).parent]
+    if args.before is not None:
+        trees.append(args.before / "otel_blame")
+    for tree in trees:
+        compileall.compile_dir(str(tree), quiet=1)
     script = shutil.which("otel-blame") or str(Path(sys.executable).parent / "otel-blame")
     eager = (
         "import otel_blame.cli, otel_blame.commands.attribute, otel_blame.commands.evaluate, "
@@ -67,14 +97,16 @@ def main() -> None:
         ]
         if args.before is not None:
             before = ["env", f"PYTHONPATH={args.before}", "PYDANTIC_DISABLE_PLUGINS=__all__"]
-            before += [sys.executable, "-m", "otel_blame.console_script", "attribute", str(args.file)]
+            # -P: no working directory on sys.path, which from a checkout would put ITS otel_blame first
+            before += [sys.executable, "-P", "-m", "otel_blame.console_script", "attribute", str(args.file)]
             cases["the earlier tree's attribute FILE, pydantic plugins off (before)"] = before
-    results = {name: median_seconds(argv, args.runs) for name, argv in cases.items()}
-    baseline = results["python -c pass (baseline)"]
-    print(f"| command | median s ({args.runs} runs) | × python -c pass |")
-    print("| --- | --- | --- |")
-    for name, seconds in results.items():
-        print(f"| {name} | {seconds:.3f} | {seconds / baseline:.1f} |")
+    results = median_seconds(cases, args.runs)
+    wall_base, cpu_base = results["python -c pass (baseline)"]
+    runs = f"{args.runs} runs"
+    print(f"| command | median wall s ({runs}) | × python -c pass | median CPU s | × python -c pass |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, (wall, cpu) in results.items():
+        print(f"| {name} | {wall:.3f} | {wall / wall_base:.1f} | {cpu:.3f} | {cpu / cpu_base:.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,20 @@
 """Refit the offline ranker and validate it out of sample.
 
 Fits the conditional logit of ``otel_blame.bench.ranker_fit`` on the Who&When dev split (each subset
-one group) plus labelled fault-injection campaigns (each ``--inject DIR`` one app: a directory
-written by ``otel-blame inject --dataset-out DIR``, the app named by the directory), writes the model
-the package ships (``otel_blame/attribution/ranker_model.json`` unless ``--out``), and prints the
-out-of-sample figures: 5-fold CV on Who&When (stratified by subset, seed 0; the campaigns always in
-training), leave-one-app-out on the campaigns (Who&When always in training), per app and fault kind,
-each beside the best positional baseline of the same runs.
+one data set), TRAIL's dev traces (``--trail``: GAIA and SWE-bench, one data set each) and labelled
+fault-injection campaigns (each ``--inject DIR`` one app: a directory written by ``otel-blame inject
+--dataset-out DIR``, the app named by the directory; together the zoo), writes the model the package
+ships (``otel_blame/attribution/ranker_model.json`` unless ``--out``) with its decided threshold read
+on every real data set's held-out verdicts (``otel_blame.bench.real_data.fit_shipped``), and prints the
+out-of-sample figures: leave-one-dataset-out on the real data sets (``bench/real_lodo.py`` prints the
+same with the risk-coverage curves), 5-fold CV on Who&When, leave-one-app-out on the campaigns (the
+real data always in training), per app and fault kind, each beside the best positional baseline of the
+same runs.
 
 Usage::
 
     PYTHONPATH=$PWD .venv/bin/python bench/train_ranker.py --who-and-when ../shared/who_and_when/dev \
+        --trail ../shared/trail/dev \
         --inject /work/zoo-data/demo --inject /work/zoo-data/triage ... [--score /work/zoo-fresh/demo ...]
 
 ``--inject`` may name one app's campaigns of several seeds (the directory name is the app). ``--score``
@@ -30,6 +34,7 @@ from pathlib import Path
 
 from otel_blame.attribution.baselines import positional_baselines
 from otel_blame.bench import ranker_fit as rf
+from otel_blame.bench import real_data as rd
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "otel_blame" / "attribution" / "ranker_model.json"
 
@@ -86,6 +91,7 @@ def _table(title: str, scored: list[rf.Scored], runs: list[rf.LabelledRun], key:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--who-and-when", type=Path, help="the Who&When dev directory")
+    parser.add_argument("--trail", type=Path, help="the TRAIL dev directory (traces/, annotations/)")
     parser.add_argument("--inject", type=Path, action="append", default=[], help="a labelled campaign dir")
     parser.add_argument(
         "--score",
@@ -102,11 +108,12 @@ def main() -> None:
     args = parser.parse_args()
 
     who = rf.load_group(args.who_and_when) if args.who_and_when else []
+    trail = rf.load_trail(args.trail) if args.trail else []
     injected: list[rf.LabelledRun] = []
     for folder in args.inject:
         injected += rf.load_group(folder, group=folder.name)
-    if not who and not injected:
-        parser.error("give --who-and-when and/or --inject")
+    if not who and not injected and not trail:
+        parser.error("give --who-and-when, --trail and/or --inject")
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -118,31 +125,40 @@ def main() -> None:
         f"{platform.machine()} {os.cpu_count()} cores, load average "
         f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}.\n"
     )
+    datasets: dict[str, list[rf.LabelledRun]] = {}
+    for run in [*who, *trail]:
+        datasets.setdefault(run.group if run.group.startswith("trail") else f"ww-{run.group}", []).append(run)
+    if injected:
+        datasets[rd.ZOO] = injected
+    if who or trail:
+        print("#### Real data sets, leave-one-dataset-out\n")
+        print("\n".join(rd.report_lines(rd.leave_one_dataset_out(datasets), positional_baselines())) + "\n")
     if who:
-        scored = rf.cross_validate(who, k=args.folds, seed=args.seed, extra=injected)
+        scored = rf.cross_validate(who, k=args.folds, seed=args.seed, extra=[*injected, *trail])
         print(
             "\n".join(_table(f"Who&When dev, {args.folds}-fold CV (seed {args.seed})", scored, who, "group"))
         )
     if injected and len({run.group for run in injected}) > 1:
-        scored = rf.leave_one_group_out(injected, extra=who)
+        scored = rf.leave_one_group_out(injected, extra=[*who, *trail])
         print("\n".join(_table("Campaigns, leave-one-app-out", scored, injected, "group")))
         print("\n".join(_table("Campaigns, leave-one-app-out, by fault kind", scored, injected, "kind")))
     held: list[rf.LabelledRun] = []
     for folder in args.score:
         held += rf.load_group(folder, group=folder.name)
     if held:
-        scored = rf.leave_one_group_out(injected, extra=who, held=held)
+        scored = rf.leave_one_group_out(injected, extra=[*who, *trail], held=held)
         title = "Fresh campaigns (--score), each app by a model fitted on the other apps"
         print("\n".join(_table(title, scored, held, "group")))
         print("\n".join(_table(f"{title}, by fault kind", scored, held, "kind")))
     if injected:
-        scored = rf.cross_validate(injected, k=args.folds, seed=args.seed, extra=who)
+        scored = rf.cross_validate(injected, k=args.folds, seed=args.seed, extra=[*who, *trail])
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV", scored, injected, "group")))
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV, by fault kind", scored, injected, "kind")))
     if not args.no_write:
-        model = rf.fit([*who, *injected])
+        model, _ = rd.fit_shipped(datasets)
         args.out.write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {args.out} (trained on {model.trained_on})")
+        said = f"trained on {model.trained_on}; decided at support {model.decided_threshold}"
+        print(f"wrote {args.out} ({said})")
 
 
 if __name__ == "__main__":

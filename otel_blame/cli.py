@@ -8,12 +8,18 @@ the click command, and the one-line help shown in ``otel-blame --help``.
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
 from otel_blame import __version__
+
+if TYPE_CHECKING:
+    import logging
+
+    from otel_blame.redaction import RedactingLogFilter
 
 
 class LazyCommand(NamedTuple):
@@ -118,12 +124,23 @@ def main(verbose: int) -> None:
     """
     import logging  # here, not at the top: --help and --version stay fast
 
-    from otel_blame.redaction import RedactingLogFilter
-
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # every log line, ours or a library's, is masked
-        handler.addFilter(RedactingLogFilter())
+        handler.addFilter(_redact_log_record)
+
+
+def _redact_log_record(record: logging.LogRecord) -> bool:
+    """The handlers' filter: :class:`~otel_blame.redaction.RedactingLogFilter`, built when the first
+    record is logged (its patterns cost a command that logs nothing, e.g. ``attribute``, 10 ms)."""
+    return _log_filter().filter(record)
+
+
+@functools.cache
+def _log_filter() -> RedactingLogFilter:
+    from otel_blame.redaction import RedactingLogFilter
+
+    return RedactingLogFilter()
 
 
 if __name__ == "__main__":

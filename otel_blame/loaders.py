@@ -7,10 +7,15 @@ Formats, detected from the content (not the file name):
   message has ``content`` (a string or OpenAI / Anthropic content parts) and a speaker in ``name`` /
   ``agent`` / ``sender`` / ``role``; the tool calls it makes (OpenAI ``tool_calls``, Anthropic
   ``tool_use`` parts) are part of its text, as ``tool_call NAME(ARGUMENTS)``.
+- a span-tree export (``{"trace_id", "spans": [...]}`` with children nested in ``child_spans``, as
+  TRAIL and trace viewers save them): converted to OTLP (:mod:`otel_blame.span_tree`) and read like
+  the OTLP formats below.
 - OTLP JSON: an ExportTraceServiceRequest (``{"resourceSpans": [...]}``), the Collector file
   exporter's one-request-per-line output, or Jaeger's ``/api/v3/traces`` answer
   (``{"result": {"resourceSpans": [...]}}``). These go through the processor's own
   ``otel_blame.conventions`` so a file and a live trace give the same Trajectory.
+
+Any of them may be gzipped (``.gz``): the content is recognised by its magic bytes, not its name.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from otel_blame.attribution.result import Attribution, Candidate
-from otel_blame.trajectory import Outcome, Step, StepKind, Task, Trajectory
+from otel_blame.trajectory import (
+    Outcome,
+    Step,
+    StepKind,
+    Task,
+    Trajectory,
+    name_from_input,
+    stated_final_answer,
+)
 
 # "Orchestrator (thought)", "Orchestrator (-> WebSurfer)": the speaker is the part before " (".
 _SPEAKER_SUFFIX = re.compile(r"\s*\((?:[^()]*)\)\s*$")
@@ -46,8 +59,9 @@ class TrajectoryFormatError(ValueError):
 EXPECTED_FORMATS = (
     'Expected a conversation ({"history": [...]}, {"conversation": [...]} or {"messages": [...]}, Who&When '
     "logs included), "
-    'or an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
-    "/api/v3/traces output)."
+    'an OTLP JSON trace export ({"resourceSpans": [...]}, Collector file exporter lines, or Jaeger '
+    '/api/v3/traces output), or a span tree ({"spans": [...]} with nested "child_spans"); any of them '
+    "may be gzipped."
 )
 
 
@@ -162,9 +176,12 @@ def trajectory_from_conversation(
         messages = next((data[key] for key in CONVERSATION_KEYS if isinstance(data.get(key), list)), None)
         if messages is None:
             raise TrajectoryFormatError("'history'/'conversation'/'messages' must be a list of messages")
+        task_input = _optional_text(data.get("question", data.get("task")))
         task = Task(
-            name=str(data.get("question_ID") or data.get("task_name") or "task"),
-            input=_optional_text(data.get("question", data.get("task"))),
+            name=str(
+                data.get("task_name") or name_from_input(task_input) or data.get("question_ID") or "task"
+            ),
+            input=task_input,
             expected_output=_optional_text(data.get("ground_truth", data.get("expected_output"))),
             final_output=_optional_text(data.get("final_output", data.get("final_answer"))),
         )
@@ -174,6 +191,9 @@ def trajectory_from_conversation(
     if not messages:
         raise TrajectoryFormatError("the conversation has no messages")
     steps = [step_from_message(position, message) for position, message in enumerate(messages)]
+    if task.final_output is None:  # what the run said last on a "FINAL ANSWER:" line
+        stated = stated_final_answer(step.content for step in reversed(steps))
+        task = task.model_copy(update={"final_output": stated})
     return Trajectory(task=task, steps=steps, outcome=outcome, source=source)
 
 
@@ -206,11 +226,23 @@ def _looks_like_otlp(data: Any) -> bool:
     return False
 
 
+def _looks_like_span_tree(data: Any) -> bool:
+    """A trace with children nested in ``child_spans``: ``{"spans": [...]}``, a list of spans or one span."""
+    if isinstance(data, Mapping) and isinstance(data.get("spans"), list):
+        data = data["spans"]
+    if isinstance(data, Mapping):
+        return _is_tree_span(data)
+    return isinstance(data, list) and bool(data) and all(_is_tree_span(item) for item in data)
+
+
+def _is_tree_span(item: Any) -> bool:
+    return isinstance(item, Mapping) and "span_id" in item and ("child_spans" in item or "span_name" in item)
+
+
 def _trajectory_and_spans_from_otlp_json(
     text: str, source: str | None = None
 ) -> tuple[Trajectory, list[Any]]:
     from otel_blame import otlp_json
-    from otel_blame.conventions import trace_ids, trajectory_from_spans
 
     try:
         documents = list(otlp_json.iter_json_documents(text))
@@ -227,18 +259,25 @@ def _trajectory_and_spans_from_otlp_json(
         )
     except otlp_json.OTLPJSONError as error:
         raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
+    trajectory = _one_trace(resource_spans, resource_logs, source or "input")
+    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
+    return trajectory, list(resource_spans)
+
+
+def _one_trace(resource_spans: list[Any], resource_logs: list[Any], source: str) -> Trajectory:
+    """The trajectory of a file's one trace; a file of several traces, or of no agent steps, is refused."""
+    from otel_blame.conventions import trace_ids, trajectory_from_spans
+
     traces = trace_ids(resource_spans)
     if len(traces) > 1:
         shown = ", ".join(trace.hex() for trace in traces[:5])
         raise TrajectoryFormatError(
-            f"{source or 'input'} holds {len(traces)} traces ({shown}); export one trace per file"
+            f"{source} holds {len(traces)} traces ({shown}); export one trace per file"
         )
     try:
-        trajectory = trajectory_from_spans(resource_spans, resource_logs)
+        return trajectory_from_spans(resource_spans, resource_logs)
     except ValueError as error:
-        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
-    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
-    return trajectory, list(resource_spans)
+        raise TrajectoryFormatError(f"{source}: {error}") from None
 
 
 def trajectory_from_sdk_spans(spans: Sequence[Any], log_records: Sequence[Any] = ()) -> Trajectory:
@@ -292,17 +331,46 @@ def read_text(path: str | Path, on_progress: Callable[[int, int], None] | None =
         raise TrajectoryFormatError(f"cannot read {path}: it is a directory, expected a file") from None
     except OSError as error:
         raise TrajectoryFormatError(f"cannot read {path}: {error.strerror or error}") from None
+    return decode_bytes(data, str(path))
+
+
+def decode_bytes(data: bytes, source: str, *, max_gunzipped: int | None = None) -> str:
+    """A saved run's bytes as text: gunzipped when they are gzip (at most ``max_gunzipped`` bytes once
+    decompressed, MAX_GUNZIPPED_BYTES by default), then UTF-8. Errors name the source and what was wrong."""
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, source, MAX_GUNZIPPED_BYTES if max_gunzipped is None else max_gunzipped)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise TrajectoryFormatError(
-            f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}, line {line}); "
-            f"{EXPECTED_FORMATS}"
+            f"{source}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}, "
+            f"line {line}); {EXPECTED_FORMATS}"
         ) from None
 
 
 _CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+# a gzipped file expands to at most this: far above any real trace, and a bound on a gzip bomb
+MAX_GUNZIPPED_BYTES = 1 << 30
+
+
+def _gunzip(data: bytes, source: str, limit: int) -> bytes:
+    """A gzipped file's content, refusing what is corrupt or expands past ``limit`` bytes."""
+    import zlib
+
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as error:
+        raise TrajectoryFormatError(f"{source}: a gzip file that cannot be decompressed ({error})") from None
+    if len(out) > limit:
+        raise TrajectoryFormatError(
+            f"{source}: gzipped content larger than {limit >> 20} MiB once decompressed; refused"
+        )
+    if not inflater.eof:
+        raise TrajectoryFormatError(f"{source}: a truncated gzip file (the stream does not end)")
+    return out
 
 
 def load_trajectory(path: str | Path) -> Trajectory:
@@ -402,12 +470,27 @@ def _parse_unchecked(text: str, source: str) -> tuple[Trajectory, dict[str, Any]
         ) from None
     if _looks_like_otlp(data):
         return _from_otlp(text, source)
+    if _looks_like_span_tree(data):
+        return _from_span_tree(data, source)
     if isinstance(data, Mapping) and any(key in data for key in CONVERSATION_KEYS):
         return trajectory_from_conversation(data, source), {"annotation": _annotation(data)}
     if isinstance(data, list) and data and all(isinstance(m, Mapping) and _is_message(m) for m in data):
         return trajectory_from_conversation(data, source), {}
     keys = ", ".join(sorted(data)[:8]) if isinstance(data, Mapping) else type(data).__name__
     raise TrajectoryFormatError(f"{source}: unrecognised format (top level: {keys}). {EXPECTED_FORMATS}")
+
+
+def _from_span_tree(data: Any, source: str) -> tuple[Trajectory, dict[str, Any]]:
+    from otel_blame.span_tree import SpanTreeError, span_tree_to_otlp
+
+    try:
+        resource_spans = span_tree_to_otlp(data)
+    except SpanTreeError as error:
+        raise TrajectoryFormatError(f"{source}: {error}") from None
+    trajectory = _one_trace(resource_spans, [], source)
+    trajectory = trajectory.model_copy(update={"source": source})
+    recorded, scores = recorded_blame(resource_spans, trajectory)
+    return trajectory, {"recorded": recorded, "recorded_scores": scores}
 
 
 def _from_otlp(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
@@ -455,6 +538,7 @@ def recorded_blame(
             agent=str(verdict[sc.BLAME_AGENT]),
             step=step,
             confidence=min(max(float(verdict.get(sc.BLAME_CONFIDENCE, 0.0)), 0.0), 1.0),
+            decided=verdict.get(sc.BLAME_DECIDED) is not False,  # written before blame.decided: decided
             reason=str(verdict.get(sc.BLAME_REASON, "")),
             method=str(verdict.get(sc.BLAME_METHOD, "unknown")),
             model=str(verdict[sc.BLAME_MODEL]) if verdict.get(sc.BLAME_MODEL) else None,

@@ -84,6 +84,12 @@ OPENINFERENCE_TOOL_NAME = "tool.name"
 OPENINFERENCE_SESSION_ID = "session.id"
 OPENINFERENCE_METADATA = "metadata"  # JSON; LangChain runs carry LangGraph's keys here
 OPENINFERENCE_GRAPH_NODE_ID = "graph.node.id"
+OPENINFERENCE_GRAPH_NODE_NAME = "graph.node.name"
+OPENINFERENCE_OUTPUT_MIME_TYPE = "output.mime_type"
+# smolagents (OpenInference's instrumentor): an agent run's task and the agents it manages
+SMOLAGENTS_TASK = "smolagents.task"
+SMOLAGENTS_TOOLS_NAMES = "smolagents.tools_names"
+SMOLAGENTS_MANAGED_AGENTS = "smolagents.managed_agents."  # + "{i}.name", "{i}.tools_names"
 # LangGraph run metadata (in OpenInference's metadata): the node a run belongs to
 LANGGRAPH_NODE = "langgraph_node"
 LANGGRAPH_CHECKPOINT_NS = "langgraph_checkpoint_ns"
@@ -109,6 +115,7 @@ OP_CONVERSATION = "conversation"  # AG2's operation name for a whole chat
 OPENINFERENCE_KIND_AGENT = "AGENT"
 OPENINFERENCE_KIND_TOOL = "TOOL"
 OPENINFERENCE_KIND_LLM = "LLM"
+OPENINFERENCE_KIND_CHAIN = "CHAIN"
 # values of traceloop.span.kind
 TRACELOOP_KIND_AGENT = "agent"
 TRACELOOP_KIND_TOOL = "tool"

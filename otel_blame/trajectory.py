@@ -8,9 +8,15 @@ reports.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# "FINAL ANSWER: 42" (GAIA's and Who&When's answer line), "Final answer - 42"
+_FINAL_ANSWER = re.compile(r"(?im)^\W{0,3}final answer\W{0,3}\s*[:\-]\s*(?P<answer>\S.*)$")
+_TASK_NAME_CHARS = 80
 
 
 class StepKind(StrEnum):
@@ -38,6 +44,7 @@ class Step(BaseModel):
     content: str = ""
     kind: StepKind = StepKind.MESSAGE
     tool_name: str | None = None
+    arguments: str | None = Field(default=None, description="what a tool step was called with, as recorded")
     span_id: str | None = Field(default=None, description="hex span id when built from spans")
     start_time_unix_nano: int | None = None
     is_error: bool = Field(default=False, description="the span or tool reported an error")
@@ -62,6 +69,11 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "task"
+    workflow: str | None = Field(
+        default=None,
+        description="what runs of the same task share: the declared task or workflow name, else the root "
+        "span's name (the name may come from this run's input)",
+    )
     input: str | None = None
     expected_output: str | None = None
     final_output: str | None = None
@@ -111,3 +123,29 @@ class Trajectory(BaseModel):
             data["index"] = position
             built.append(Step(**data))
         return cls(steps=built, **fields)  # type: ignore[arg-type]
+
+
+def stated_final_answer(texts: Iterable[str], *, last: int = 3) -> str | None:
+    """The answer a run stated on a "FINAL ANSWER: ..." line: the last such line of the first of the
+    first ``last`` texts (in the order given, so pass the steps last first) that has one."""
+    for number, found in enumerate(texts):
+        if number >= last:
+            return None
+        answers = [match.group("answer").strip() for match in _FINAL_ANSWER.finditer(found)]
+        if answers and answers[-1]:
+            return answers[-1]
+    return None
+
+
+def name_from_input(task_input: str | None) -> str | None:
+    """A task's name from its input: the question it asks (its first line ending in "?"), else its
+    first line with words; cut at a word near 80 characters."""
+    lines = [" ".join(line.split()) for line in (task_input or "").splitlines()]
+    lines = [line for line in lines if any(character.isalnum() for character in line)]
+    line = next((line for line in lines if line.endswith("?")), lines[0] if lines else "")
+    if not line:
+        return None
+    if len(line) <= _TASK_NAME_CHARS:
+        return line
+    cut = line[:_TASK_NAME_CHARS].rsplit(" ", 1)[0] or line[:_TASK_NAME_CHARS]
+    return cut.rstrip(",;:.-") + "…"

@@ -11,7 +11,9 @@ is the store: it counts each blame in the same transaction that keeps the failur
 the UI and ``otel-blame top`` read one record of each blame. With the store off, the counts are kept
 here in memory. Both count through :func:`culprit_labels` and :func:`counted_agent`, so the labels
 and the cardinality bound are one piece of logic: past ``max_agents`` distinct (service, agent)
-pairs, new agents are counted as ``other``.
+pairs, new agents are counted as ``other``. Only decided verdicts are blames on these counters
+unless ``count_undecided`` (``alerting.count_undecided``); undecided ones are counted apart, per
+method, on ``otel_blame_undecided_attributions_total``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ TRACES_TOTAL = "otel_blame_traces_total"
 FALLBACKS_TOTAL = "otel_blame_attribution_fallbacks_total"
 ATTRIBUTION_SECONDS = "otel_blame_attribution_seconds"
 LLM_TOKENS_TOTAL = "otel_blame_llm_tokens_total"
+UNDECIDED_TOTAL = "otel_blame_undecided_attributions_total"
 
 __all__ = [
     "CONTENT_TYPE",
@@ -198,9 +201,16 @@ class _CulpritCollector(Collector):
 class CulpritMetrics:
     """Thread-safe counters on a private prometheus-client registry."""
 
-    def __init__(self, max_agents: int = 500, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        max_agents: int = 500,
+        registry: CollectorRegistry | None = None,
+        *,
+        count_undecided: bool = False,
+    ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.max_agents = max_agents
+        self.count_undecided = count_undecided
         self._memory = MemoryBlameCounters(max_agents)
         self.source: BlameCounterSource = self._memory
         self._traces = Counter(
@@ -213,6 +223,12 @@ class CulpritMetrics:
             _counter_name(LLM_TOKENS_TOTAL),
             "LLM tokens spent on attribution.",
             ["direction"],
+            registry=self.registry,
+        )
+        self._undecided = Counter(
+            _counter_name(UNDECIDED_TOTAL),
+            "Blames whose evidence did not decide the verdict (blame.decided=false), by method.",
+            ["method"],
             registry=self.registry,
         )
         self._seconds = Summary(
@@ -234,9 +250,17 @@ class CulpritMetrics:
         """Count one completed trace by outcome (success | failure | unknown) and whether it was blamed."""
         self._traces.labels(outcome=str(outcome), attributed="true" if attributed else "false").inc()
 
+    def counts(self, attribution: Attribution) -> bool:
+        """Whether a blame goes on the culprit counters: a decided verdict, or any with
+        ``count_undecided`` (``alerting.count_undecided``)."""
+        return attribution.decided or self.count_undecided
+
     def record_attribution(self, attribution: Attribution, service: str = "") -> None:
-        """Count one blame's cost, and the blame itself unless the blame store counts it."""
-        if self.counts_here:
+        """Count one blame's cost, and the blame itself (a decided one, see :meth:`counts`) unless the
+        blame store counts it."""
+        if not attribution.decided:
+            self._undecided.labels(method=method_label(attribution.method)).inc()
+        if self.counts_here and self.counts(attribution):
             self._memory.add(culprit_labels(service, attribution.agent, attribution.method))
         self._tokens.labels(direction="input").inc(attribution.cost.input_tokens)
         self._tokens.labels(direction="output").inc(attribution.cost.output_tokens)

@@ -17,6 +17,16 @@ from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.trajectory import Trajectory
 
 
+def _first_step(trajectory: Trajectory) -> int:
+    """The first step: the opening message (a task restatement, a plan)."""
+    return 0
+
+
+def _first_failed_step(trajectory: Trajectory) -> int:
+    """The first step that reported an error (an error status, a failed tool), else the last step."""
+    return next((step.index for step in trajectory.steps if step.is_error), len(trajectory.steps) - 1)
+
+
 def _step_one(trajectory: Trajectory) -> int:
     """Step 1 (the second step): the first reply to the opening message."""
     return min(1, len(trajectory.steps) - 1)
@@ -48,10 +58,12 @@ def _most_frequent_speaker_first_step(trajectory: Trajectory) -> int:
 
 
 POSITIONAL_RULES: dict[str, tuple[Callable[[Trajectory], int], str]] = {
+    "first_step": (_first_step, "the first step and its speaker"),
     "step_one": (_step_one, "step 1 and its speaker"),
     "second_speaker": (_second_speaker_first_step, "the first step of the second distinct speaker"),
     "last_step": (_last_step, "the last step and its speaker"),
     "frequent_speaker": (_most_frequent_speaker_first_step, "the most frequent speaker at its first step"),
+    "first_failed": (_first_failed_step, "the first step that reported an error, else the last step"),
 }
 
 

@@ -4,14 +4,20 @@ The processor (on the outcome its span-level failure detection wrote into the Tr
 command line, the JSON API and the web UI all call :func:`blame_decision`, so the same run gets
 the same answer everywhere: a failed run is attributed; a run that succeeded, or whose outcome is
 not known, is not; a run without agent steps has nothing to blame. ``why`` is the sentence each
-surface shows.
+surface shows; :meth:`BlameDecision.blamed_anyway` is the one shown when a person asked for blame
+regardless.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict
 
+from otel_blame.attribution.result import Candidate
 from otel_blame.trajectory import Outcome, Trajectory
+
+UNDECIDED_SHOWN = 2  # how many candidates an undecided verdict names
 
 
 class BlameDecision(BaseModel):
@@ -22,6 +28,19 @@ class BlameDecision(BaseModel):
     blame: bool
     outcome: Outcome
     why: str
+
+    def blamed_anyway(self) -> str:
+        """The sentence for a run blamed although this decision was not to (``--assume-failed``, the
+        upload page's "Blame a step even if …"): what the run said, and that a step was blamed as if
+        it had failed, so no surface says "nothing blamed" above a culprit."""
+        if self.outcome is Outcome.SUCCESS:
+            return "The run succeeded; a step was blamed anyway, as if it had failed, as asked."
+        if self.outcome is Outcome.UNKNOWN:
+            return (
+                "The run does not say whether it failed (outcome unknown); a step was blamed anyway, "
+                "as if it had failed, as asked."
+            )
+        return self.why
 
 
 def blame_decision(trajectory: Trajectory) -> BlameDecision:
@@ -47,3 +66,29 @@ def blame_decision(trajectory: Trajectory) -> BlameDecision:
     if reason and not why.endswith((".", "!", "?")):
         why += "."
     return BlameDecision(blame=True, outcome=outcome, why=why)
+
+
+def undecided_parts(candidates: Sequence[Candidate], agent: str, step: int) -> list[tuple[str | None, int]]:
+    """The candidates an undecided verdict names, best first, as (agent, step); the agent is None
+    where it is the same as the part before (``coder at step 3 or step 7``). ``agent``/``step`` is the
+    verdict's top pick, named alone when the method ranked no candidates."""
+    picked: list[tuple[str, int]] = []
+    for candidate in [*candidates, Candidate(step=step, agent=agent, score=0.0)]:
+        if all(candidate.step != known for _, known in picked):
+            picked.append((candidate.agent, candidate.step))
+    shown = picked[:UNDECIDED_SHOWN] if candidates else picked[:1]
+    return [
+        (None if position > 0 and name == shown[position - 1][0] else name, index)
+        for position, (name, index) in enumerate(shown)
+    ]
+
+
+def undecided_sentence(candidates: Sequence[Candidate], agent: str, step: int) -> str:
+    """``Undecided: coder at step 3 or planner at step 7``: what every surface says instead of naming
+    a culprit when the evidence does not single one out (``Attribution.decided`` false)."""
+    parts = undecided_parts(candidates, agent, step)
+    if len(parts) == 1:
+        return f"Undecided: {parts[0][0]} at step {parts[0][1]} is the only candidate"
+    return "Undecided: " + " or ".join(
+        f"step {index}" if name is None else f"{name} at step {index}" for name, index in parts
+    )

@@ -172,7 +172,7 @@ class HeuristicAttribution:
         if len(best.reasons) <= 1:  # only the earliness prior: no failure signal points here
             confidence = min(confidence, 0.3)
         confidence = round(confidence, 3)
-        reasons = best.reasons[:3] or ["an early decision the rest of the run built on"]
+        reasons = best.reasons[:3] or ["no failure signal singles out a step"]
         if agent_level.get(best.step.agent):
             reasons = [*reasons, *(_REASONS[n] for n in AGENT_SCOPE if evidence.by_signal.get(n))]
         reason = f"Step {best.step.index} by {best.step.agent}: " + "; ".join(reasons) + "."

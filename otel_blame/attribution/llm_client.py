@@ -207,7 +207,7 @@ class LLMClient:
     def __init__(self, settings: LLMSettings) -> None:
         self.settings = settings
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
-        if api_key is None and settings.base_url is None:
+        if not settings.configured:
             raise AttributionError(
                 "no LLM configured: set OPENAI_API_KEY (and OPENAI_BASE_URL for a self-hosted endpoint), "
                 "or pass --base-url / --model, or use the offline method 'heuristic'"

@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -143,6 +146,16 @@ class _Context:
         return None
 
 
+@contextmanager
+def _billed(context: _Context) -> Iterator[None]:
+    """An AttributionError raised inside carries what the session spent before it (tokens are billed)."""
+    try:
+        yield
+    except AttributionError as error:
+        error.cost = context.session.cost()
+        raise
+
+
 class LLMMethod:
     """Base of the LLM methods: holds the client and the ground-truth switch."""
 
@@ -154,16 +167,27 @@ class LLMMethod:
 
     def attribute(self, trajectory: Trajectory) -> Attribution:
         context = _Context(self, trajectory)
-        try:
+        with _billed(context):
             agent, step, reason, confidence, candidates = self._attribute(context)
-        except AttributionError as error:
-            error.cost = context.session.cost()
-            raise
+        # the model judged the run and named a step in it
+        return self._verdict(context, agent, step, reason, confidence, candidates, decided=True)
+
+    def _verdict(
+        self,
+        context: _Context,
+        agent: str,
+        step: int,
+        reason: str,
+        confidence: float,
+        candidates: list[Candidate],
+        *,
+        decided: bool,
+    ) -> Attribution:
         return Attribution(
             agent=agent,
             step=step,
             confidence=round(min(1.0, max(0.0, confidence)), 3),
-            decided=True,  # the model judged the run and named a step in it
+            decided=decided,
             reason=reason.strip() or f"Step {step} by {agent} was judged the decisive error.",
             method=self.name,
             model=self.client.model,
@@ -371,17 +395,31 @@ class Counterfactual(LLMMethod):
         )
 
 
-class GuidedCheck(LLMMethod):
-    """Offline evidence proposes, the LLM disposes: a few candidate steps checked earliest first.
+@dataclass(frozen=True)
+class _Confirmed:
+    """The candidate the LLM confirmed as the decisive error."""
 
-    The offline ranker's top ``max_candidates`` steps are checked best first, one call each, stopping
-    at the first the LLM confirms as the decisive error (so the step the causal reading finds most
-    likely is the one checked first, and often the only one). Each call shows the task, the
-    candidate step, the message it answered and the steps that depend on it (the next few and the
-    final step), shortened so that all the checks together show no more of the log than all-at-once
-    shows once: the per-check allowance is the rendered log's size divided by the number of checks
-    (never below ``min_check_chars``). Cost: at most ``max_candidates`` calls, about all-at-once's
-    input tokens when every candidate is checked, less when an early one is confirmed.
+    step: int
+    reason: str
+    confidence: float
+
+
+class GuidedCheck(LLMMethod):
+    """Offline evidence proposes, the LLM disposes: a few candidate steps checked best first.
+
+    The offline verdict's top ``max_candidates`` steps are checked best first, one call each,
+    stopping at the first the LLM confirms as the decisive error (so the step the causal reading
+    finds most likely is the one checked first, and often the only one). Each call shows the task,
+    the candidate step, the message it answered and the steps that depend on it (the next few and
+    the final step), shortened so that all the checks together show no more of the log than
+    all-at-once shows once: the per-check allowance is the rendered log's size divided by the number
+    of checks (never below ``min_check_chars``). Cost: at most ``max_candidates`` calls, about
+    all-at-once's input tokens when every candidate is checked, less when an early one is confirmed.
+
+    :meth:`attribute` runs the offline ranker for its candidates; :meth:`check` takes a verdict
+    already made (the escalation, :mod:`otel_blame.attribution.escalation`, so it is not made twice).
+    A confirmed candidate is a decided verdict; when none is confirmed the offline answer stands,
+    undecided, with the offline ranking as its candidates.
     """
 
     name = "guided_check"
@@ -389,12 +427,45 @@ class GuidedCheck(LLMMethod):
     dependents = 2
     min_check_chars = 1500
 
-    def _attribute(self, context: _Context) -> tuple[str, int, str, float, list[Candidate]]:
-        trajectory = context.trajectory
+    def attribute(self, trajectory: Trajectory) -> Attribution:
         offline = RankerAttribution(with_ground_truth=self.with_ground_truth).attribute(trajectory)
+        return self.check(trajectory, offline)
+
+    def check(self, trajectory: Trajectory, offline: Attribution) -> Attribution:
+        """The LLM's judgement of the best candidates of ``offline``, a verdict on ``trajectory``."""
+        context = _Context(self, trajectory)
+        with _billed(context):
+            confirmed, checked = self._confirm(context, offline)
+        # what the offline reading said of a step holds while the verdict is that step
+        described = {key: getattr(offline, key) for key in ("category", "dependency", "failure_mode")}
+        if confirmed is None:
+            attribution = self._verdict(
+                context,
+                offline.agent,
+                offline.step,
+                "No candidate was confirmed by the LLM; the offline answer stands. " + offline.reason,
+                min(offline.confidence, 0.2),
+                list(offline.candidates),
+                decided=False,
+            )
+            return attribution.model_copy(update=described)
+        attribution = self._verdict(
+            context,
+            trajectory.steps[confirmed.step].agent,
+            confirmed.step,
+            confirmed.reason,
+            confirmed.confidence,
+            checked,
+            decided=True,
+        )
+        return attribution.model_copy(update=described) if confirmed.step == offline.step else attribution
+
+    def _confirm(self, context: _Context, offline: Attribution) -> tuple[_Confirmed | None, list[Candidate]]:
+        """The first of the best candidates the LLM confirms (None: none), and every checked one, scored."""
+        trajectory = context.trajectory
         proposed: list[int] = []
-        for candidate in offline.candidates:
-            if candidate.step not in proposed:
+        for candidate in [Candidate(step=offline.step, agent=offline.agent, score=1.0), *offline.candidates]:
+            if candidate.step not in proposed and candidate.step < len(trajectory.steps):
                 proposed.append(candidate.step)
         proposed = proposed[: self.max_candidates]
         log_chars = sum(len(render_step(step, context.nonce, context.max_chars)) for step in trajectory.steps)
@@ -407,15 +478,9 @@ class GuidedCheck(LLMMethod):
             checked.append(Candidate(step=index, agent=agent, score=round(score, 4)))
             if verdict.decisive:
                 checked.sort(key=lambda candidate: -candidate.score)
-                return agent, index, verdict.reason, verdict.confidence, checked
+                return _Confirmed(index, verdict.reason, verdict.confidence), checked
         checked.sort(key=lambda candidate: -candidate.score)
-        return (
-            offline.agent,
-            offline.step,
-            "No candidate was confirmed by the LLM; the offline answer stands. " + offline.reason,
-            min(offline.confidence, 0.2),
-            checked,
-        )
+        return None, checked
 
     def _view(self, context: _Context, index: int, allowance: int) -> str:
         """The candidate (half the allowance), the message it answered and its dependents (the rest)."""

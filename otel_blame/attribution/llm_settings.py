@@ -35,6 +35,11 @@ class LLMSettings(BaseModel):
     cache_dir: Path | None = Field(default=None, description="on-disk response cache; None disables it")
     concurrency: int = Field(default=4, ge=1, description="requests in flight at once, process-wide")
 
+    @property
+    def configured(self) -> bool:
+        """An endpoint or a key is set: something to call (OpenAI itself needs the key)."""
+        return self.base_url is not None or self.api_key is not None
+
     @classmethod
     def from_env(cls, **overrides: object) -> LLMSettings:
         """Settings from OPENAI_BASE_URL / OPENAI_API_KEY / OTEL_BLAME_MODEL; explicit values win."""

@@ -81,6 +81,7 @@ EARLIEST_OF: tuple[str, ...] = (
     "input_found_lacking",
     "signal_fabrication",
     "answer_origin",
+    "testified_wrong",
 )
 EARLIEST_FEATURES: tuple[str, ...] = tuple(f"earliest_{name}" for name in EARLIEST_OF)
 FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES, *EARLIEST_FEATURES)
@@ -91,14 +92,14 @@ REASONS: dict[str, str] = {
     "novel_value": "a value nothing before it gave first appears here",
     "novel_identifier": "it states an identifier nothing before it gave",
     "novel_call_value": "it called a tool with an argument nothing before it gave",
-    "answer_origin": "the wrong answer's value first appears here",
+    "answer_origin": "the final answer's value first appears here",
     "answer_unsupported": "it states the answer with values that follow from nothing at hand",
     "input_found_lacking": "the agent it handed over to said what it got was lacking",
     "stop_in_result": "a stop word inside a tool's output ended the run",
-    "first_unsupported": "it is the earliest step on the failure's path whose content its inputs do not "
-    "support",
+    "first_unsupported": "it is the earliest step on the final answer's path whose content its inputs do "
+    "not support",
     "dropped_task": "it stopped carrying a requirement of the task",
-    "dropped_input": "it left out part of what it was given",
+    "dropped_input": "it did not use a value it was given",
     "override": "it overrode what it was given",
     "unanswered_stop": "it stopped the run before any answer, with work still to do",
     "stop_mid_run": "it stopped the run in the middle of its work",
@@ -108,6 +109,7 @@ REASONS: dict[str, str] = {
     "result_contradicts_call": "the result does not follow from the call that produced it",
     "novel_result": "a result that brought in new values",
     "task_statement": "the task as given",
+    "testified_wrong": "a later step says it went wrong",
     "first_candidate": "the first step of the run",
     "last_message": "the run's last message",
     **{f"signal_{signal.name}": signal.reason for signal in SIGNALS},
@@ -126,7 +128,7 @@ class RankerModel:
     scale: tuple[float, ...]
     agent_rule: str = "step"  # "step": the best step's agent; "sum": the agent with the most probability
     trained_on: str = ""
-    # a verdict is decided when its confidence reaches this (fitted leave-one-dataset-out)
+    # a verdict is decided when its agent's support reaches this (fitted leave-one-dataset-out)
     decided_threshold: float = 0.5
 
     @classmethod
@@ -298,6 +300,13 @@ def choose(rows: StepRows, ranked: list[tuple[float, int]], agent_rule: str) -> 
     return next(index for _, index in ranked if steps[index].agent == agent)
 
 
+def confidence_of(ranked: list[tuple[float, int]], chosen: int) -> float:
+    """How far the chosen step stands out: its probability, and its lead over the next best."""
+    probability = next(p for p, index in ranked if index == chosen)
+    runner_up = next((p for p, index in ranked if index != chosen), 0.0)
+    return round(min(0.95, max(0.05, probability * 0.7 + (probability - runner_up) * 0.3)), 3)
+
+
 def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
     """The decisive step. A dependency the run never got past starts the failure's path: it is the
     verdict, whatever the ranking of the agent steps it made victims of; else the ranking decides."""
@@ -305,6 +314,13 @@ def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) 
     if root is not None and root in rows.candidates:
         return root
     return choose(rows, ranked, model.agent_rule)
+
+
+def support_of(rows: StepRows, ranked: list[tuple[float, int]], agent: str) -> float:
+    """How much of the evidence says this agent, whichever of its steps it was: the share of the
+    ranking's probability on its steps. What ``decided`` is read from."""
+    steps = rows.trajectory.steps
+    return sum(probability for probability, index in ranked if steps[index].agent == agent)
 
 
 class RankerAttribution:
@@ -347,9 +363,7 @@ def verdict(
         Candidate(step=index, agent=trajectory.steps[index].agent, score=round(min(1.0, p), 4))
         for p, index in ordered[:MAX_CANDIDATES]
     ]
-    probability = next(p for p, index in ranked if index == chosen)
-    runner_up = next((p for p, index in ranked if index != chosen), 0.0)
-    confidence = round(min(0.95, max(0.05, probability * 0.7 + (probability - runner_up) * 0.3)), 3)
+    confidence = confidence_of(ranked, chosen)
     dependency = rows.reading.dependency_at.get(chosen)
     name: str | None = None
     detail = ""
@@ -363,8 +377,8 @@ def verdict(
     if name is not None:
         said = f" ({detail})" if detail else ""
         reason = (
-            f"Step {chosen}: {name} failed{said} on the call {step.agent} relied on, and the run's "
-            "failure follows from it: a dependency, not the agent's own output."
+            f"Step {chosen}: {name} failed{said} on the call {step.agent} relied on: a dependency, "
+            "not the agent's own output."
         )
         update = {"category": "dependency", "dependency": name}
     else:
@@ -388,7 +402,7 @@ def verdict(
         agent=step.agent,
         step=chosen,
         confidence=confidence,
-        decided=confidence >= model.decided_threshold,
+        decided=support_of(rows, ranked, step.agent) >= model.decided_threshold,
         reason=reason,
         method=method,
         candidates=candidates,

@@ -7,11 +7,14 @@ or tenacity (start-up time, docs/benchmarks.md "CLI start-up").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from otel_blame.attribution.base import AttributionMethod
     from otel_blame.attribution.llm_client import LLMSettings
+    from otel_blame.attribution.result import Attribution
+    from otel_blame.trajectory import Trajectory
 
 DEFAULT_METHOD = "ranker"
 
@@ -31,6 +34,30 @@ LLM_METHOD_NAMES: tuple[str, ...] = (
 )
 METHOD_NAMES: tuple[str, ...] = (*OFFLINE_METHOD_NAMES, *LLM_METHOD_NAMES)
 
+# when an offline method's verdicts go to an LLM (otel_blame.attribution.escalation)
+Escalation = Literal["never", "undecided", "always"]
+ESCALATIONS: tuple[Escalation, ...] = ("never", "undecided", "always")
+DEFAULT_ESCALATION: Escalation = "undecided"  # takes effect only with an LLM endpoint configured
+
+
+class _AskedFor:
+    """A method whose verdicts say the registry name it was built under: ``signals`` is the earlier
+    offline method, whose own name (``heuristic``) is now the ranker's alias, so without this the
+    failures list showed two "heuristic" rows for one file with different culprits."""
+
+    def __init__(self, method: AttributionMethod, name: str) -> None:
+        self.method = method
+        self.name = name
+
+    def attribute(self, trajectory: Trajectory) -> Attribution:
+        attribution = self.method.attribute(trajectory)
+        if attribution.method == self.name:
+            return attribution
+        return attribution.model_copy(update={"method": self.name})
+
+    def __getattr__(self, attribute: str) -> Any:  # score_steps, weights … of the method itself
+        return getattr(self.method, attribute)
+
 
 def _offline(name: str, with_ground_truth: bool) -> AttributionMethod:
     if name in ("ranker", "heuristic"):
@@ -40,24 +67,58 @@ def _offline(name: str, with_ground_truth: bool) -> AttributionMethod:
     if name == "signals":
         from otel_blame.attribution.heuristic import HeuristicAttribution
 
-        return HeuristicAttribution(with_ground_truth=with_ground_truth)
+        return _AskedFor(HeuristicAttribution(with_ground_truth=with_ground_truth), name)
     from otel_blame.attribution.random_baseline import RandomAttribution
 
     return RandomAttribution(seed=0)
 
 
+def _llm_settings(llm: LLMSettings | None) -> LLMSettings:
+    from otel_blame.attribution.llm_settings import LLMSettings
+
+    return llm or LLMSettings.from_env()
+
+
+def escalates(name: str, escalation: Escalation, llm: LLMSettings | None = None) -> bool:
+    """Whether ``name`` built with ``escalation`` hands verdicts to an LLM: an offline method, an
+    escalation other than ``never``, and an endpoint configured (``llm``, else the environment)."""
+    if name not in OFFLINE_METHOD_NAMES or escalation == "never":
+        return False
+    return escalation == "always" or _llm_settings(llm).configured
+
+
 def create_method(
-    name: str, *, llm: LLMSettings | None = None, with_ground_truth: bool = False
+    name: str,
+    *,
+    llm: LLMSettings | None = None,
+    with_ground_truth: bool = False,
+    escalation: Escalation = "never",
+    for_llm: Callable[[Trajectory], Trajectory] | None = None,
 ) -> AttributionMethod:
-    """Build a method by name; LLM methods use ``llm`` or, when None, settings from the environment."""
+    """Build a method by name; LLM methods use ``llm`` or, when None, settings from the environment.
+    Its verdicts carry ``name`` as their method, whatever the method calls itself.
+
+    ``escalation`` (offline methods; :mod:`otel_blame.attribution.escalation`): ``undecided`` or
+    ``always`` wraps the offline method so that its verdicts go to ``guided_check`` when an endpoint
+    is configured (``undecided`` without one builds the offline method; ``always`` without one is
+    the client's "no LLM configured" error). ``for_llm`` prepares what the LLM is shown (redaction).
+    """
     if name in OFFLINE_METHOD_NAMES:
-        return _offline(name, with_ground_truth)
+        offline = _offline(name, with_ground_truth)
+        if not escalates(name, escalation, llm):
+            return offline
+        from otel_blame.attribution.escalation import EscalatingAttribution
+        from otel_blame.attribution.llm_client import LLMClient
+        from otel_blame.attribution.llm_methods import GuidedCheck
+
+        checker = GuidedCheck(LLMClient(_llm_settings(llm)), with_ground_truth=with_ground_truth)
+        mode: Literal["undecided", "always"] = "always" if escalation == "always" else "undecided"
+        return EscalatingAttribution(offline, checker, escalation=mode, for_llm=for_llm)
     if name in LLM_METHOD_NAMES:
-        from otel_blame.attribution.llm_client import LLMClient, LLMSettings
+        from otel_blame.attribution.llm_client import LLMClient
         from otel_blame.attribution.llm_methods import LLM_METHODS
 
-        settings = llm or LLMSettings.from_env()
-        return LLM_METHODS[name](LLMClient(settings), with_ground_truth=with_ground_truth)
+        return LLM_METHODS[name](LLMClient(_llm_settings(llm)), with_ground_truth=with_ground_truth)
     raise ValueError(f"unknown attribution method {name!r}; choose one of: {', '.join(METHOD_NAMES)}")
 
 

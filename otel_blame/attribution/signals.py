@@ -198,7 +198,8 @@ def _window(text: str) -> str:
 
 
 def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().lower()
+    """Lower-cased, with each run of whitespace one space and none at the ends."""
+    return " ".join(text.split()).lower()
 
 
 def _is_task_statement(step: Step, trajectory: Trajectory) -> bool:
@@ -503,7 +504,7 @@ class EarlyDecision(Signal):
     benchmark positions."""
 
     name = "early_decision"
-    reason = "an early decision the rest of the run built on"
+    reason = "errors carry forward, so of similar suspects the earlier one is named"
     decay = 0.35
     coordinator_share = 0.35
 
@@ -585,7 +586,7 @@ class FinalAnswerEntry(Signal):
     known, tokens shared with it are dropped."""
 
     name = "final_answer"
-    reason = "the wrong final answer first appeared here"
+    reason = "the final answer first appeared here"
 
     def evidence(self, context: ScoringContext) -> Evidence:
         tokens = context.answer_tokens

@@ -223,10 +223,10 @@ def _ended_without_answer(trajectory: Trajectory) -> bool:
     ]
     if not messages or "TERMINATE" not in messages[-1].content or not _TERMINATE.search(messages[-1].content):
         return False
-    return not any(_states_an_answer(step.content) for step in messages)
+    return not any(states_an_answer(step.content) for step in messages)
 
 
-def _states_an_answer(text: str) -> bool:
+def states_an_answer(text: str) -> bool:
     """``_FINAL_ANSWER`` found in ``text``: by plain tests on its lower-cased form (the same matches,
     a fraction of the cost on a long page)."""
     lowered = lowered_for_matching(text)
@@ -246,8 +246,8 @@ def says_an_answer(lowered: str) -> bool:
 SPECIFICATION_CHARS = 4000  # what is read of a message for a specification fault
 _SUBJECT_WORDS = ("spec", "request", "question", "instruction", "task", "requirement", "prompt")
 _FAULT_WORDS = (
-    "contradict", "conflicting", "ambiguous", "unclear", "inconsistent", "specified", "incomplete",
-    "impossible", "does not", "did not", "doesn't", "didn't", "not enough", "insufficient", "missing",
+    "does not", "did not", "specified", "missing", "doesn't", "didn't", "incomplete", "ambiguous",
+    "inconsistent", "insufficient", "impossible", "contradict", "not enough", "unclear", "conflicting",
 )  # fmt: skip
 
 

@@ -19,7 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from otel_blame.attribution.ranker import FEATURES, RankerModel, StepRows, decide, rank, step_rows
+from otel_blame.attribution.ranker import (
+    FEATURES,
+    RankerModel,
+    StepRows,
+    confidence_of,
+    decide,
+    rank,
+    step_rows,
+    support_of,
+)
 from otel_blame.bench.crossval import stratified_folds
 from otel_blame.bench.who_and_when import SUBSETS, case_files, load_case
 
@@ -61,14 +70,26 @@ PRIOR: dict[str, float] = {
 
 @dataclass
 class LabelledRun:
-    """One annotated run, read once."""
+    """One annotated run, read once. ``accepted`` are the steps a verdict may name to be right (the
+    decisive step alone, unless the labels mark several: TRAIL's annotated spans)."""
 
     file: str
-    group: str  # a Who&When subset, or an app's name
+    group: str  # a Who&When subset, a TRAIL subset, or an app's name
     kind: str  # the planted fault kind (injected runs), else ""
     mistake_agent: str
     mistake_step: int
     rows: StepRows
+    accepted: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.accepted:
+            self.accepted = (self.mistake_step,)
+
+    @property
+    def targets(self) -> list[int]:
+        """The candidate positions of the accepted steps."""
+        position = {index: at for at, index in enumerate(self.rows.candidates)}
+        return [position[step] for step in self.accepted if step in position]
 
     @property
     def target(self) -> int | None:
@@ -106,6 +127,36 @@ def load_group(
     return runs
 
 
+def load_trail(dataset: Path, subsets: Sequence[str] | None = None) -> list[LabelledRun]:
+    """TRAIL-layout traces as labelled runs (group ``trail-<subset>``): the decisive step is the earliest
+    HIGH-impact error's (else the earliest error's), every annotated step is accepted."""
+    from otel_blame.bench.trail import load_trail_case, trail_files
+
+    runs = []
+    for path in trail_files(Path(dataset)):
+        case = load_trail_case(path, Path(dataset))
+        if subsets is not None and case.subset not in subsets:
+            continue
+        spans = case.step_spans()
+        labelled = sorted({spans[location] for location in case.labelled_spans if location in spans})
+        if not labelled or not case.trajectory.steps:
+            continue
+        decisive = case.decisive_step()
+        decisive = labelled[0] if decisive is None else decisive
+        runs.append(
+            LabelledRun(
+                file=case.file,
+                group=f"trail-{case.subset}",
+                kind="",
+                mistake_agent=case.trajectory.steps[decisive].agent,
+                mistake_step=decisive,
+                rows=step_rows(case.trajectory),
+                accepted=tuple(labelled),
+            )
+        )
+    return runs
+
+
 def _matrix(run: LabelledRun, features: Sequence[str]) -> np.ndarray:
     return np.array([[row.get(name, 0.0) for name in features] for row in run.rows.rows], dtype=float)
 
@@ -121,7 +172,7 @@ def fit(
     """The conditional logit fitted on ``runs`` (those whose decisive step is a candidate), over
     ``features`` (all of them unless an ablation leaves some out)."""
     group_weight = GROUP_WEIGHT if group_weight is None else group_weight
-    usable = [run for run in runs if run.target is not None]
+    usable = [run for run in runs if run.targets]
     if not usable:
         raise ValueError("no labelled run has its decisive step among the candidates")
     matrices = [_matrix(run, features) for run in usable]
@@ -138,7 +189,10 @@ def fit(
     for position, matrix in enumerate(matrices):
         x[position, : len(matrix)] = (matrix - mean) / scale
         mask[position, : len(matrix)] = 0.0
-    targets = np.array([run.target for run in usable])
+    # the accepted steps of each run (one for most data sets; several where labels mark several)
+    accepted = np.zeros((len(usable), width))
+    for position, run in enumerate(usable):
+        accepted[position, run.targets] = 1.0
     weights = np.array(
         [group_weight.get(run.group, 1.0) / (groups[run.group] * len(groups)) for run in usable]
     )
@@ -146,16 +200,18 @@ def fit(
     penalty = np.array([PRIOR_L2 if name in PRIOR else l2 for name in features])
     beta = prior.copy()
     first, second = np.zeros(len(features)), np.zeros(len(features))
-    rows = np.arange(len(usable))
     for step in range(1, iterations + 1):
         scores = x @ beta + mask
         scores -= scores.max(axis=1, keepdims=True)
         probabilities = np.exp(scores)
         probabilities /= probabilities.sum(axis=1, keepdims=True)
         expected = np.einsum("rn,rnf->rf", probabilities, x)
-        gradient = -((x[rows, targets] - expected) * weights[:, None]).sum(axis=0) + 2 * penalty * (
-            beta - prior
-        )
+        # the log of the probability of any accepted step: its gradient is the accepted steps'
+        # features weighted by their share of that probability, less the expected features
+        within = probabilities * accepted
+        within /= within.sum(axis=1, keepdims=True)
+        observed = np.einsum("rn,rnf->rf", within, x)
+        gradient = -((observed - expected) * weights[:, None]).sum(axis=0) + 2 * penalty * (beta - prior)
         first = 0.9 * first + 0.1 * gradient
         second = 0.999 * second + 0.001 * gradient**2
         beta -= LEARNING_RATE * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
@@ -174,6 +230,9 @@ class Scored:
     run: LabelledRun
     agent: str
     step: int
+    confidence: float = 0.0
+    ranked: tuple[tuple[float, int], ...] = ()
+    support: float = 0.0  # the blamed agent's share of the ranking (what decided is read from)
 
     @property
     def agent_correct(self) -> bool:
@@ -183,13 +242,20 @@ class Scored:
     def step_correct(self) -> bool:
         return self.step == self.run.mistake_step
 
+    @property
+    def hit(self) -> bool:
+        """The step is one the labels accept (the decisive step, or any annotated one)."""
+        return self.step in self.run.accepted
+
 
 def predict(model: RankerModel, runs: Iterable[LabelledRun]) -> list[Scored]:
     found = []
     for run in runs:
         ranked = rank(run.rows, model)
         chosen = decide(run.rows, ranked, model)
-        found.append(Scored(run, run.rows.trajectory.steps[chosen].agent, chosen))
+        agent = run.rows.trajectory.steps[chosen].agent
+        support = support_of(run.rows, ranked, agent)
+        found.append(Scored(run, agent, chosen, confidence_of(ranked, chosen), tuple(ranked), support))
     return found
 
 

@@ -8,6 +8,7 @@ imported inside the command, so a call on a small file is quick (see docs/benchm
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from otel_blame.commands.options import (
     base_url_option,
     build_method,
     cache_option,
+    escalation_option,
     ground_truth_option,
     method_option,
     model_option,
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from otel_blame.attribution.decision import BlameDecision
+    from otel_blame.attribution.registry import Escalation
     from otel_blame.attribution.result import Attribution
     from otel_blame.loaders import Annotation, SavedRun
     from otel_blame.trajectory import Trajectory
@@ -34,31 +37,28 @@ LARGE_FILE_BYTES = 5 * 1024 * 1024
 _GENERIC_ROLES = {"assistant", "user", "system", "tool", "function", "human", "ai"}
 # the kind column's short names, so the step table fits 80 columns
 _KIND_SHORT = {"message": "msg", "tool": "tool", "code_execution": "code"}
-CULPRIT_MARK, ANNOTATED_MARK = "►", "◆"
+CULPRIT_MARK, CANDIDATE_MARK, ANNOTATED_MARK = "►", "?", "◆"
 
 
 def annotation_matches(annotation: Annotation, attribution: Attribution | None) -> dict[str, bool | None]:
-    """Whether the verdict's agent and step are the file's known answer (None: nothing to compare)."""
+    """Whether the verdict's agent and step are the file's known answer (None: nothing to compare);
+    agent names compared case- and space-insensitively."""
+    from otel_blame.attribution.known_answer import same_agent
+
     if attribution is None:
         return {"agent_matches": None, "step_matches": None}
-    agent = None if annotation.agent is None else annotation.agent == attribution.agent
+    agent = None if annotation.agent is None else same_agent(annotation.agent, attribution.agent)
     step = None if annotation.step is None else annotation.step == attribution.step
     return {"agent_matches": agent, "step_matches": step}
 
 
 def annotation_verdict(annotation: Annotation, attribution: Attribution | None) -> tuple[str, str]:
     """(``agent and step match`` …, a style word: good, partial, bad, none) for the annotation line."""
+    from otel_blame.attribution.known_answer import compare
+
     if attribution is None:
         return "", "none"
-    verdict = annotation_matches(annotation, attribution)
-    agent_ok, step_ok = verdict["agent_matches"], verdict["step_matches"]
-    if agent_ok and step_ok:
-        return "agent and step match", "good"
-    if agent_ok:
-        return "agent matches, step does not", "partial"
-    if step_ok:
-        return "step matches, agent does not", "partial"
-    return "does not match", "bad"
+    return compare(annotation.agent, annotation.step, attribution.agent, attribution.step)
 
 
 def _verdict_json(
@@ -75,6 +75,14 @@ def _verdict_json(
     )
     out["outcome"] = trajectory.outcome.value
     out["blamed"] = attribution is not None
+    if attribution is not None:
+        from otel_blame.attribution.decision import undecided_sentence
+
+        out["verdict"] = (
+            f"{attribution.agent} at step {attribution.step}"
+            if attribution.decided
+            else undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
+        )
     out["decision"] = decision.model_dump(mode="json")
     out["recorded"] = recorded
     out["steps"] = [
@@ -103,13 +111,32 @@ def _mode_text(attribution: Attribution) -> str:
     return f"{attribution.failure_mode} (MAST {known[0]})" if known else attribution.failure_mode
 
 
-def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool) -> list[tuple[str, Any]]:
-    """(label, text) lines of the verdict: who, where, why, how, and the known answer when given."""
-    from rich.text import Text
+_STYLES = {
+    "strong": {"bold": True},
+    "culprit": {"fg": "red", "bold": True},
+    "undecided": {"fg": "yellow", "bold": True},
+    "dim": {"dim": True},
+    "good": {"fg": "green"},
+    "partial": {"fg": "yellow"},
+    "bad": {"fg": "red"},
+}
+Styled = tuple[str, str | None]  # (text, a key of _STYLES or None)
+
+
+def _verdict_rows(
+    run: SavedRun, decision: BlameDecision, attribution: Attribution | None, recorded: bool, forced: bool
+) -> list[tuple[str, list[Styled]]]:
+    """(label, styled text) lines of the verdict, first thing printed: who and where (or
+    "Undecided: …"), why, how; for a run not blamed, why not; and the known answer when the file
+    gives one."""
+    from otel_blame.attribution.decision import undecided_sentence
 
     trajectory = run.trajectory
-    rows: list[tuple[str, Any]] = []
-    if attribution is not None:
+    rows: list[tuple[str, list[Styled]]] = []
+    if attribution is None:
+        hint = " Pass --assume-failed to blame a step anyway." if trajectory.steps else ""
+        rows.append(("verdict", [(decision.why + hint, "strong")]))
+    else:
         role = trajectory.steps[attribution.step].role if attribution.step < len(trajectory.steps) else None
         shown_role = role and role != attribution.agent and role.lower() not in _GENERIC_ROLES
         step_text = f"{attribution.step}" + (f"  ({role})" if shown_role else "")
@@ -122,100 +149,137 @@ def _verdict_rows(run: SavedRun, attribution: Attribution | None, recorded: bool
             else ""
         )
         cross_run = attribution.cross_run_suspiciousness
-        for label, value in (
-            ("agent", attribution.agent),
-            ("step", step_text),
+        if attribution.decided:
+            named = [("agent", [(attribution.agent, "culprit")]), ("step", [(step_text, None)])]
+            reason = [(attribution.reason, None)]
+        else:
+            sentence = undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
+            named = [("verdict", [(sentence, "undecided")])]
+            reason = [("the first candidate: ", "dim"), (attribution.reason, None)]
+        plain = (
             ("confidence", f"{attribution.confidence:.2f}"),
-            ("reason", attribution.reason),
             ("method", attribution.method + model),
             ("category", _category_text(attribution)),
             ("mode", _mode_text(attribution)),
             ("cross-run", f"{cross_run:.2f} suspiciousness" if cross_run is not None else ""),
             ("cost", spent),
-        ):
-            if value:
-                rows.append((label, value))
+        )
+        rows += named
+        rows.append(("confidence", [(plain[0][1], None)]))
+        rows.append(("reason", reason))
+        rows += [(label, [(value, None)]) for label, value in plain[1:] if value]
+        if forced:
+            rows.append(("", [(decision.blamed_anyway() + " (--assume-failed)", "dim")]))
         if recorded:
             note = "blame recorded in the file by the processor (blame.*); --recompute attributes it again"
-            rows.append(("", Text(note, style="dim")))
+            rows.append(("", [(note, "dim")]))
     annotation = run.annotation
     if annotation is not None:
         known = f"{annotation.agent} at step {annotation.step}"
         said, quality = annotation_verdict(annotation, attribution)
         if said:
-            style = {"good": "green", "partial": "yellow", "bad": "red"}[quality]
-            rows.append(("annotation", Text.assemble(f"{known}: the verdict ", (said, style))))
+            rows.append(("annotation", [(f"{known}: the verdict ", None), (said, quality)]))
         else:
-            rows.append(("annotation", known))
+            rows.append(
+                ("annotation", [(f"{known} (the file's known mistake; nothing blamed to compare)", None)])
+            )
     return rows
 
 
-_EXCERPT = 240  # more than any terminal's content column shows; rich measures every character given
+def _styled_lines(parts: list[Styled], width: int, indent: int) -> list[str]:
+    """Styled words wrapped at ``width`` columns of text, every line after the first indented by
+    ``indent`` (the label column the first line follows)."""
+    lines: list[str] = []
+    line, used = "", 0
+    for text, style in parts:
+        for word in text.split():
+            if used and used + 1 + len(word) > width:
+                lines.append(line)
+                line, used = "", 0
+            gap = " " if used else ""
+            shown = click.style(word, **_STYLES[style]) if style else word
+            line, used = line + gap + shown, used + len(gap) + len(word)
+    lines.append(line)
+    return [lines[0], *(" " * indent + rest for rest in lines[1:])]
 
 
-def _excerpt(text: str) -> str:
+_EXCERPT = 240  # more than any terminal's content column shows
+
+
+def _excerpt(text: str, width: int) -> str:
     flat = " ".join(text[: 4 * _EXCERPT].split())
-    return flat if len(flat) <= _EXCERPT else flat[: _EXCERPT - 1] + "…"
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _print_table(
     run: SavedRun,
+    decision: BlameDecision,
     attribution: Attribution | None,
     recorded: bool,
+    forced: bool,
     scores: dict[int, float],
     file: Path,
 ) -> None:
-    """The verdict, then one row per step; the content column takes what the others leave, so
-    the table reads at 80 columns (short kind names, marks in the step column, no vertical rules)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+    """The verdict first (who, or why nobody), then one line per step, at the terminal's width (80
+    when it does not say): sentences wrapped, the step's text cut to what the line leaves, agent
+    names whole up to what the width allows and then cut at a word. Plain columns styled with
+    click (loaded already), not a table library: this command answers within ten interpreter
+    starts on a small file (docs/benchmarks.md, "CLI start-up")."""
+    import shutil
 
-    console = Console(highlight=False, soft_wrap=False)
+    from otel_blame.terminal import fit_name
+
+    width = shutil.get_terminal_size((80, 24)).columns
     trajectory = run.trajectory
-    console.print(Text.assemble(("file:       ", "bold"), str(file)), soft_wrap=True)
-    verdict = Table.grid(padding=(0, 1))
-    verdict.add_column(no_wrap=True, min_width=11, style="bold")
-    verdict.add_column()  # long reasons wrap under themselves, not under the labels
-    for label, value in [("outcome", trajectory.outcome.value), *_verdict_rows(run, attribution, recorded)]:
-        verdict.add_row(f"{label}:" if label else "", value)
-    console.print(verdict)
-    table = Table(
-        title="steps", title_justify="left", expand=True, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1)
-    )
-    widest_agent = max((len(step.agent) for step in trajectory.steps), default=5)
-    narrow = console.width < 100
-    table.add_column("step", justify="right", no_wrap=True, min_width=4)
-    agent_width = {"max_width": 14 if narrow else 24, "min_width": min(widest_agent, 8)}
-    table.add_column("agent", no_wrap=True, overflow="ellipsis", **agent_width)
-    table.add_column("kind", no_wrap=True, min_width=4)
-    table.add_column("score", justify="right", no_wrap=True, min_width=5)
-    table.add_column("content", overflow="ellipsis", no_wrap=True, ratio=1, min_width=20)
+    click.echo(click.style("file:", bold=True) + "       " + str(file))
+    label_width = 12  # "annotation: "
+    rows = [
+        ("outcome", [(trajectory.outcome.value, None)]),
+        *_verdict_rows(run, decision, attribution, recorded, forced),
+    ]
+    for label, parts in rows:
+        lines = _styled_lines(parts, width - label_width, label_width)
+        head = f"{label}:" if label else ""
+        click.echo(click.style(head.ljust(label_width), bold=True) + lines[0])
+        for line in lines[1:]:
+            click.echo(line)
+    widest = max((len(step.agent) for step in trajectory.steps), default=5)
+    agent_width = max(5, min(widest, max(10, width - 46)))
+    number_width = max(4, len(str(len(trajectory.steps))) + 1)
+    content_width = max(20, width - (number_width + agent_width + 4 + 5 + 4 * 2))
+    click.echo("")
+    click.echo(click.style("steps", bold=True))
+    header = f"{'step':>{number_width}}  {'agent':<{agent_width}}  kind  score  content"
+    click.echo(click.style(header, bold=True))
+    click.echo("─" * min(width, len(header) + content_width - len("content")))
     annotation = run.annotation
+    decided = attribution is not None and attribution.decided
+    named = set() if attribution is None or decided else {c.step for c in attribution.candidates[:2]}
     for step in trajectory.steps:
         score = scores.get(step.index)
         mark, style = " ", None
-        if attribution is not None and step.index == attribution.step:
-            mark, style = CULPRIT_MARK, "bold red"
-        elif annotation is not None and annotation.step == step.index:
+        if decided and attribution is not None and step.index == attribution.step:
+            mark, style = CULPRIT_MARK, "culprit"
+        elif step.index in named:
+            mark, style = CANDIDATE_MARK, "partial"
+        elif annotation is not None and attribution is not None and annotation.step == step.index:
             mark = ANNOTATED_MARK
-        table.add_row(
-            f"{mark}{step.index}",
-            Text(step.agent),
-            _KIND_SHORT.get(step.kind.value, step.kind.value),
-            "" if score is None else f"{score:.2f}",
-            Text(_excerpt(step.content)),
-            style=style,
+        kind = _KIND_SHORT.get(step.kind.value, step.kind.value)
+        shown = "" if score is None else f"{score:.2f}"
+        line = (
+            f"{mark + str(step.index):>{number_width}}  {fit_name(step.agent, agent_width):<{agent_width}}  "
+            f"{kind:<4}  {shown:>5}  {_excerpt(step.content, content_width)}"
         )
-    console.print(table)
+        click.echo(click.style(line, **_STYLES[style]) if style else line)
     legend = []
-    if attribution is not None:
+    if decided:
         legend.append(f"{CULPRIT_MARK} culprit")
-    if annotation is not None and annotation.step is not None:
+    if named:
+        legend.append(f"{CANDIDATE_MARK} a candidate (undecided)")
+    if annotation is not None and annotation.step is not None and attribution is not None:
         legend.append(f"{ANNOTATED_MARK} the file's known answer")
     if legend:
-        console.print(Text("   ".join(legend), style="dim"))
+        click.echo(click.style("   ".join(legend), dim=True))
 
 
 @click.command("attribute")
@@ -225,6 +289,7 @@ def _print_table(
 @base_url_option
 @ground_truth_option
 @cache_option
+@escalation_option
 @click.option(
     "--assume-failed",
     is_flag=True,
@@ -256,6 +321,7 @@ def attribute_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    escalation: Escalation,
     assume_failed: bool,
     recompute: bool,
     output_format: str,
@@ -272,17 +338,16 @@ def attribute_command(
     mistake (Who&When mistake_agent and mistake_step), the output says whether the verdict
     matches it.
     """
-    from rich.console import Console
-
     from otel_blame.attribution.base import AttributionError
     from otel_blame.attribution.decision import blame_decision
+    from otel_blame.attribution.registry import is_llm_method
     from otel_blame.trajectory import Outcome
 
     fmt = "json" if as_json else output_format
-    stderr = Console(stderr=True)
     if progress is None:
-        progress = stderr.is_terminal and file.stat().st_size > LARGE_FILE_BYTES
-    run = _load_run(file, stderr if progress else None)
+        progress = sys.stderr.isatty() and file.stat().st_size > LARGE_FILE_BYTES
+    stderr = _stderr_console() if progress else None
+    run = _load_run(file, stderr)
     trajectory = run.trajectory
     decision = blame_decision(trajectory)
     attribution: Attribution | None = None
@@ -292,11 +357,13 @@ def attribute_command(
     if run.recorded is not None and not recompute:
         attribution, recorded, scores = run.recorded, True, dict(run.recorded_scores)
     elif decision.blame or forced:
-        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+        method = build_method(
+            method_name, model, base_url, with_ground_truth, cache_dir, escalation, for_llm=_redacted
+        )
         failed = trajectory.model_copy(update={"outcome": Outcome.FAILURE})
-        given = _redacted_for(method_name, failed)
+        given = _redacted(failed) if is_llm_method(method_name) else failed
         try:
-            if progress:
+            if stderr is not None:
                 with stderr.status(f"attributing {len(failed.steps)} steps with {method_name}"):
                     attribution = method.attribute(given)
             else:
@@ -306,21 +373,33 @@ def attribute_command(
         scores = {candidate.step: candidate.score for candidate in attribution.candidates}
     if fmt == "json":
         click.echo(json.dumps(_verdict_json(run, decision, attribution, recorded, scores), indent=2))
+        _say_on_stderr(decision, attribution, forced, bool(trajectory.steps))
     else:
-        _print_table(run, attribution, recorded, scores, file)
+        _print_table(run, decision, attribution, recorded, forced, scores, file)
+
+
+def _say_on_stderr(
+    decision: BlameDecision, attribution: Attribution | None, forced: bool, steps: bool
+) -> None:
+    """With --format json, what the table would have said first, on stderr, wrapped at 80 columns."""
+    from otel_blame.terminal import wrap
+
     if attribution is None:
-        hint = " Pass --assume-failed to blame a step anyway." if trajectory.steps else ""
-        click.echo(decision.why + hint, err=fmt == "json")
+        hint = " Pass --assume-failed to blame a step anyway." if steps else ""
+        click.echo(wrap(decision.why + hint), err=True)
     elif forced:
-        click.echo(f"{decision.why} Attributed anyway (--assume-failed).", err=fmt == "json")
+        click.echo(wrap(decision.blamed_anyway() + " (--assume-failed)"), err=True)
 
 
-def _redacted_for(method_name: str, trajectory: Trajectory) -> Trajectory:
-    """What leaves the machine for an LLM method is redacted, as in the processor."""
-    from otel_blame.attribution.registry import is_llm_method
+def _stderr_console() -> Console:
+    """Where the progress of a large file is shown (rich, loaded only then)."""
+    from rich.console import Console
 
-    if not is_llm_method(method_name):
-        return trajectory
+    return Console(stderr=True)
+
+
+def _redacted(trajectory: Trajectory) -> Trajectory:
+    """What leaves the machine for an LLM is redacted, as in the processor."""
     from otel_blame.redaction import Redactor, redact_trajectory
 
     return redact_trajectory(trajectory, Redactor())

@@ -4,6 +4,10 @@ The demo's app (:mod:`otel_blame.demo`) sends its spans to an in-process blame p
 processor attributes the failed runs, exports the enriched traces (to Jaeger or as OTLP JSON
 files) and keeps each blame in a blame store under ``--out``. The command prints one table per
 failed run and the one command that opens the store in the web UI; ``--ui`` serves it at once.
+
+The store is never replaced: each demo run adds its failures to it, next to what it already holds
+(an earlier demo's failures, files uploaded in the web UI), and says so. ``--out`` holds this run's
+trace files only: the trace files an earlier demo wrote there are removed first.
 """
 
 from __future__ import annotations
@@ -22,14 +26,33 @@ STORE_FILE = "blame-store.sqlite3"
 
 
 def _step(message: str) -> None:
-    click.echo(click.style("==> ", fg="cyan", bold=True) + message)
+    """One step of the demo, wrapped to the terminal's width under its arrow."""
+    from otel_blame.terminal import wrap
+
+    lines = wrap(message, _columns() - 4).splitlines() or [""]
+    click.echo(click.style("==> ", fg="cyan", bold=True) + lines[0])
+    for line in lines[1:]:
+        click.echo("    " + line)
 
 
-def _fresh_store(path: Path) -> None:
-    """The demo's store holds this run's failures only: an earlier demo's file is replaced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        path.with_name(path.name + suffix).unlink(missing_ok=True)
+def _kept_before(path: Path) -> tuple[int, int]:
+    """(failures, of which uploads) an existing store holds before this run adds to it."""
+    if not path.exists():
+        return 0, 0
+    from otel_blame.store import StoreConfig, open_store
+
+    store = open_store(StoreConfig(path=path))
+    try:
+        total = store.count()
+        uploads = sum(1 for failure in store.failures(limit=500).failures if failure.source)
+        return total, uploads
+    finally:
+        store.close()
+
+
+def _columns() -> int:
+    """The terminal's width, for the tables (80 when it does not say; at most 100)."""
+    return min(shutil.get_terminal_size((80, 24)).columns, 100)
 
 
 def serve_ui(store_path: Path, host: str, port: int, first_trace: str | None) -> None:
@@ -81,6 +104,7 @@ def demo(
     port: int,
 ) -> None:
     """Run an instrumented multi-agent app offline and show which agent broke each failed run."""
+    from otel_blame.attribution.registry import DEFAULT_METHOD
     from otel_blame.demo import (
         DEFAULT_JAEGER_URL,
         QUIET_PERIOD_SECONDS,
@@ -91,6 +115,7 @@ def demo(
         default_jaeger_otlp,
         format_blame_table,
         jaeger_answers,
+        remove_earlier_traces,
         run_app,
         write_otlp_json,
     )
@@ -109,7 +134,11 @@ def demo(
     from otel_blame.commands.serve import load_serve_config, serving_processor  # the `processor` extra
 
     store_path = out_dir / STORE_FILE
-    _fresh_store(store_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    before, uploads = _kept_before(store_path)
+    if before:
+        kept = f"{before} failures" + (f", {uploads} of them uploaded in the web UI" if uploads else "")
+        _step(f"the blame store {store_path} keeps what it holds ({kept}); this run adds to it")
 
     def progress(task: DemoTask, result: TaskRunResult) -> None:
         verdict = click.style("FAILED", fg="red") if result.failed else click.style("ok", fg="green")
@@ -134,13 +163,16 @@ def demo(
                 "wal": {"dir": wal_dir},
                 "store": {"path": str(store_path)},
                 "assembly": {"quiet_period": QUIET_PERIOD_SECONDS},
-                "attribution": {"method": "heuristic"},
+                "attribution": {"method": DEFAULT_METHOD},
                 "exporter": {"endpoint": downstream},
             },
         )
         processor = serving_processor(config).start()  # with the blame store, as serve runs it
         stack.callback(processor.stop)
-        _step(f"blame processor listening on {processor.grpc_endpoint} (offline heuristic method)")
+        _step(
+            f"blame processor listening on {processor.grpc_endpoint} "
+            f"(offline method {config.attribution.method}, no LLM)"
+        )
 
         _step(f"running {len(TASKS)} tasks in an AG2 group chat (user, planner, coder, executor, reviewer)")
         results, span_count = run_app(str(processor.grpc_endpoint), TASKS, progress)
@@ -159,6 +191,9 @@ def demo(
             processor.stop()
             spans = sink.spans()
             blames = {r.trace_id: blame_from_recorded(spans, r.trace_id, r.task) for r in failed}
+            removed = remove_earlier_traces(out_dir)
+            if removed:
+                _step(f"removed {removed} trace files an earlier demo wrote in {out_dir}/")
             written = write_otlp_json(spans, [r.trace_id for r in results], out_dir)
         else:
             written = {}
@@ -175,24 +210,26 @@ def demo(
                 click.style(f"trace {result.trace_id} ({result.task.name}): no blame arrived", fg="red")
             )
             continue
-        click.echo(format_blame_table(blame, result.task))
+        click.echo(format_blame_table(blame, result.task, _columns()))
         if jaeger_url is not None:
             click.echo(f"  in Jaeger: {jaeger_url.rstrip('/')}/trace/{result.trace_id}")
         elif result.trace_id in written:
-            click.echo(f"  enriched trace (OTLP JSON): {written[result.trace_id]}")
+            click.echo(f"  enriched trace (OTLP JSON):\n    {written[result.trace_id]}")
     click.echo("")
     if written:
-        _step(
-            f"all {len(written)} traces written as OTLP JSON to {out_dir}/ (view: otel-blame attribute FILE)"
-        )
+        _step(f"this run's {len(written)} traces are in {out_dir}/ as OTLP JSON (otel-blame attribute FILE)")
     if any(blames.get(r.trace_id) is None for r in failed):
         raise DemoError("some failed runs got no blame within the timeout")
     first = failed[0].trace_id if failed else None
     if serve:
         serve_ui(store_path, host, port, first)
         return
-    _step(f"the {len(failed)} failures are in the blame store {store_path}; open them in the web UI:")
-    click.echo(f"\n    {_this_command()} ui --store {store_path}    # then http://127.0.0.1:8500/ui/\n")
+    held = f" (it holds {before + len(failed)} in all)" if before else ""
+    _step(
+        f"this run's {len(failed)} failures are in the blame store {store_path}{held}; open it in the web UI:"
+    )
+    click.echo(f"\n    {_this_command()} ui --store {store_path}\n")
+    click.echo("  then open http://127.0.0.1:8500/ui/ in a browser.\n")
 
 
 def _this_command() -> str:

@@ -1,4 +1,5 @@
-"""``otel-blame eval``: score an attribution method on a Who&When-layout dataset."""
+"""``otel-blame eval``: score an attribution method on a Who&When-layout dataset (a decisive agent and step
+per log) or a TRAIL-layout one (real traces with errors labelled on their spans)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from otel_blame.commands.options import (
     base_url_option,
     build_method,
     cache_option,
+    escalation_option,
     ground_truth_option,
     method_option,
     model_option,
 )
 
 if TYPE_CHECKING:
+    from otel_blame.attribution.base import AttributionMethod
+    from otel_blame.attribution.registry import Escalation
     from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
 
 
@@ -28,36 +32,49 @@ def _percent(value: float) -> str:
 
 
 def _print_summaries(summaries: list[SubsetSummary]) -> None:
-    header = (
-        f"{'subset':<20} {'logs':>5} {'agent':>7} {'step':>7} {'step±1':>7} {'step±3':>7} "
-        f"{'calls':>6} {'in tok':>8} {'out tok':>8} {'sec':>7}"
+    """One line per subset, at most 80 columns (the LLM cost columns only when a method spent any)."""
+    spent = any(s.mean_llm_calls or s.mean_input_tokens for s in summaries)
+    cost_header = f" {'calls':>5} {'in tok':>7} {'out':>6}" if spent else ""
+    click.echo(
+        f"{'subset':<19} {'logs':>4} {'agent':>6} {'step':>6} {'±1':>6} {'±3':>6}{cost_header} {'sec':>6}"
     )
-    click.echo(header)
     for s in summaries:
-        click.echo(
-            f"{s.subset:<20} {s.traces:>5} {_percent(s.agent_accuracy):>7} {_percent(s.step_accuracy):>7} "
-            f"{_percent(s.step_within_1):>7} {_percent(s.step_within_3):>7} {s.mean_llm_calls:>6.1f} "
-            f"{s.mean_input_tokens:>8.0f} {s.mean_output_tokens:>8.0f} {s.mean_seconds:>7.3f}"
-            + (f"   ({s.failed} unanswered)" if s.failed else "")
+        cost = (
+            f" {s.mean_llm_calls:>5.1f} {s.mean_input_tokens:>7.0f} {s.mean_output_tokens:>6.0f}"
+            if spent
+            else ""
         )
+        click.echo(
+            f"{s.subset:<19} {s.traces:>4} {_percent(s.agent_accuracy):>6} {_percent(s.step_accuracy):>6} "
+            f"{_percent(s.step_within_1):>6} {_percent(s.step_within_3):>6}{cost} {s.mean_seconds:>6.2f}"
+        )
+        if s.failed:
+            click.echo(f"{'':<19} ({s.failed} unanswered)")
+    click.echo("step ±1, ±3: the step within one or three of the labelled one; sec: per log")
 
 
 def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
     """Positional baselines on the same logs, and the method's margin over the best of them."""
     from otel_blame.bench.evaluate import best_baseline
+    from otel_blame.terminal import wrap
 
-    click.echo("\nbaselines on the same logs (agent / step), and the method's margin over the best:")
+    click.echo("\nbaselines on the same logs (agent / step), and the margin over the best:")
     for s in summaries:
         click.echo(f"{s.subset}:")
         for b in (b for b in baselines if b.subset == s.subset):
-            accuracy = f"{_percent(b.agent_accuracy):>7} {_percent(b.step_accuracy):>7}"
-            click.echo(f"  {b.name:<26} {accuracy}  {b.description}")
+            accuracy = f"{_percent(b.agent_accuracy):>6} {_percent(b.step_accuracy):>6}"
+            line = f"  {b.name:<25} {accuracy}  "
+            described = wrap(b.description, 80 - len(line)).splitlines()
+            click.echo(line + described[0])
+            for more in described[1:]:
+                click.echo(" " * len(line) + more)
         by_agent, by_step = best_baseline(baselines, s.subset)
-        click.echo(
-            f"  margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
+        margin = (
+            f"margin over best baseline: agent {100 * (s.agent_accuracy - by_agent.agent_accuracy):+.1f} "
             f"points (vs {by_agent.name}), step {100 * (s.step_accuracy - by_step.step_accuracy):+.1f} "
             f"points (vs {by_step.name})"
         )
+        click.echo(wrap(margin, 80, indent="  "))
 
 
 @click.command("eval")
@@ -66,16 +83,22 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
     "dataset_dir",
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A directory with the Who&When layout: Algorithm-Generated/*.json, Hand-Crafted/*.json.",
+    help="A directory with the Who&When layout (Algorithm-Generated/*.json, Hand-Crafted/*.json) or the "
+    "TRAIL layout (traces/*.json[.gz] span trees or OTLP exports, annotations/*.json span-level labels).",
 )
 @click.option(
-    "--subset", "subsets", multiple=True, type=click.Choice(SUBSETS), help="Only these subsets (repeatable)."
+    "--subset",
+    "subsets",
+    multiple=True,
+    help=f"Only these subsets (repeatable): {', '.join(SUBSETS)}; for TRAIL, the traces' name prefix "
+    "(gaia, swe_bench).",
 )
 @method_option
 @model_option
 @base_url_option
 @ground_truth_option
 @cache_option
+@escalation_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset.")
 @click.option(
     "--out",
@@ -92,10 +115,24 @@ def eval_command(
     base_url: str | None,
     with_ground_truth: bool,
     cache_dir: Path | None,
+    escalation: Escalation,
     limit: int | None,
     out_path: Path,
 ) -> None:
-    """Score a method on a Who&When-layout dataset by exact match; write predictions to --out."""
+    """Score a method on a Who&When-layout dataset by exact match, or on a TRAIL-layout dataset by its
+    span-level labels; write predictions to --out."""
+    from otel_blame.bench.trail import is_trail_dataset
+
+    if is_trail_dataset(dataset_dir):
+        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
+        _eval_trail(dataset_dir, subsets, method, limit, out_path)
+        return
+    unknown = [subset for subset in subsets if subset not in SUBSETS]
+    if unknown:
+        raise click.BadParameter(
+            f"{', '.join(unknown)}: not a Who&When subset; choose from {', '.join(SUBSETS)}",
+            param_hint="--subset",
+        )
     from otel_blame.attribution.base import AttributionError
     from otel_blame.bench.evaluate import (
         PredictionRecord,
@@ -110,7 +147,7 @@ def eval_command(
         files = select_files(dataset_dir, subsets or SUBSETS, limit)
     except FileNotFoundError as error:
         raise click.ClickException(str(error)) from None
-    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir)
+    method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with out_path.open("w", encoding="utf-8") as out:
@@ -123,7 +160,7 @@ def eval_command(
 
         with click.progressbar(
             files,
-            label=f"{method_name}",
+            label=method.name,
             file=sys.stderr,
             show_pos=True,
             item_show_func=lambda p: p and p.name,
@@ -137,4 +174,57 @@ def eval_command(
     summaries = summarise(records)
     _print_summaries(summaries)
     _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
+    click.echo(f"predictions: {out_path}")
+
+
+def _eval_trail(
+    dataset_dir: Path, subsets: tuple[str, ...], method: AttributionMethod, limit: int | None, out_path: Path
+) -> None:
+    """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
+    error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
+    from otel_blame.attribution.base import AttributionError
+    from otel_blame.bench.trail import (
+        TrailRecord,
+        evaluate_trail,
+        summarise_trail,
+        trail_baselines,
+        trail_files,
+        trail_table,
+    )
+    from otel_blame.loaders import TrajectoryFormatError
+
+    try:
+        files = trail_files(dataset_dir, limit)
+    except FileNotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    if subsets:
+        files = [path for path in files if path.name.split("-", 1)[0] in subsets]
+        if not files:
+            raise click.ClickException(f"no traces of subset {', '.join(subsets)} under {dataset_dir}/traces")
+    method_name = method.name
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with out_path.open("w", encoding="utf-8") as out:
+
+        def write(record: TrailRecord, error: AttributionError | None) -> None:
+            out.write(json.dumps(record.model_dump()) + "\n")
+            out.flush()
+            if error is not None:
+                errors.append(f"{record.file}: {error}")
+
+        with click.progressbar(
+            files, label=method_name, file=sys.stderr, show_pos=True, item_show_func=lambda p: p and p.name
+        ) as bar:
+            try:
+                records = evaluate_trail(method, dataset_dir, bar, on_record=write)
+                baselines = trail_baselines(dataset_dir, files)
+            except TrajectoryFormatError as error:
+                raise click.ClickException(str(error)) from None
+    for line in errors[:10]:
+        click.echo(f"unanswered: {line}", err=True)
+    rows = summarise_trail(records, name=method_name) + baselines
+    click.echo("span-level labels (%): hit@1, hit@1 on HIGH-impact errors, hit@3; agent and")
+    click.echo("step of the earliest HIGH-impact error (TRAIL's closest to a decisive step)")
+    for line in trail_table(rows, method_name):
+        click.echo(line)
     click.echo(f"predictions: {out_path}")

@@ -1,6 +1,8 @@
-"""``otel-blame top``: the culprit leaderboard of a running processor, in the terminal."""
+"""``otel-blame top``: the culprit leaderboard of a running processor or of a store file, in the terminal."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -19,7 +21,20 @@ _MISSING_EXTRA = "otel-blame top needs the 'ui' extra: pip install 'otel-blame[u
     help="The processor's HTTP address (serve's receivers.http_endpoint) or an `otel-blame ui` server.",
 )
 @click.option(
+    "--store",
+    "store_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Read a blame store file (SQLite, e.g. out/demo/blame-store.sqlite3) instead of a server.",
+)
+@click.option(
     "--token", envvar="OTEL_BLAME_UI_TOKEN", default=None, help="Bearer token, when the server needs one."
+)
+@click.option(
+    "--all",
+    "count_undecided",
+    is_flag=True,
+    help="Count undecided verdicts too (their likeliest candidate); default: decided verdicts only.",
 )
 @click.option(
     "--interval",
@@ -29,10 +44,19 @@ _MISSING_EXTRA = "otel-blame top needs the 'ui' extra: pip install 'otel-blame[u
     help="Seconds between refreshes.",
 )
 @click.option("--once", is_flag=True, help="Print the table once and exit (for scripts).")
-def top_command(since: str, endpoint: str, token: str | None, interval: float, once: bool) -> None:
-    """The culprit leaderboard of a running processor, refreshed live in the terminal."""
+def top_command(
+    since: str,
+    endpoint: str,
+    store_path: Path | None,
+    token: str | None,
+    count_undecided: bool,
+    interval: float,
+    once: bool,
+) -> None:
+    """The culprit leaderboard of a running processor (or of a store file), refreshed live in the
+    terminal. Decided verdicts only, unless --all."""
     try:
-        from otel_blame.ui.top import TopError, run_top
+        from otel_blame.ui.top import StoreCulprits, TopError, run_top, server_culprits
         from otel_blame.ui.views import parse_duration
     except ImportError as error:
         raise click.ClickException(f"{_MISSING_EXTRA} ({error})") from None
@@ -42,7 +66,11 @@ def top_command(since: str, endpoint: str, token: str | None, interval: float, o
         message = f"{since!r}: expected a duration such as 15m, 1h, 24h or 7d"
         raise click.BadParameter(message, param_hint="--since") from None
     try:
-        run_top(endpoint, since, token, interval, once)
+        if store_path is not None:
+            with StoreCulprits(store_path) as source:
+                run_top(source, since, count_undecided, interval, once)
+        else:
+            run_top(server_culprits(endpoint, token), since, count_undecided, interval, once)
     except TopError as error:
         raise click.ClickException(str(error)) from None
     except KeyboardInterrupt:

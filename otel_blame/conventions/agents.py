@@ -1,10 +1,21 @@
-"""Which agent a step belongs to, from whatever the trace's conventions give.
+"""Which agent a step belongs to, from what the trace's telemetry says about agents.
 
-Best first: an attribute naming the agent on the span; an agent span's own name; the nearest
-ancestor agent; the graph node the span ran in (OpenInference ``graph.node.id``, LangGraph's
-``langgraph_node``) on the span or an ancestor; an agent named in the LLM call's system prompt.
-A span or method name (``ChatCompletion``, ``openai.chat``, ``researcher._execute_core``) is
-never an agent: when nothing names one, the caller falls back to the service name and counts it.
+Best first:
+1. an attribute naming the agent on the step's span (``gen_ai.agent.name``, ``agent.name``);
+2. for a model call that ran in another graph node than its enclosing agent span, that node;
+3. the agent span the step ran in (the span itself, or its nearest agent ancestor): its name
+   attribute, the name its span name carries (``invoke_agent Researcher``, ``researcher.run``),
+   the name its manager gave it (smolagents lists its managed agents' names on the manager's run),
+   else the class that ran it (``CodeAgent``, from ``CodeAgent.run``);
+4. the graph node the span ran in (OpenInference ``graph.node.id``, LangGraph's ``langgraph_node``),
+   on the span or an ancestor;
+5. for a model call outside every agent span, the agent its system prompt opens by addressing ("You
+   are X." / "Your name is X": the app's configuration of that agent, the only identity a client-only
+   trace has).
+Never a service or host name, and never a name read from the conversation. A span or method name
+(``ChatCompletion``, ``openai.chat``, ``LiteLLMModel.__call__``) is never an agent: when nothing
+names one, the builder names the step after the app's span it ran in, else "unnamed agent", and
+counts it.
 """
 
 from __future__ import annotations
@@ -14,13 +25,13 @@ from collections.abc import Iterable, Sequence
 
 from .model import Convention, Kind, SpanView, TraceGraph
 
-# "You are Researcher." / "You are the Coder, ..." / "Your name is Ada" / "name: Ada"
+# "You are Researcher." / "You are the Coder, ..." / "Your name is Ada", as the prompt's opening words
 _NAMED_IN_PROMPT = re.compile(
-    r"(?i:\byou are (?:the |an? )?|\byour name is |\bname:\s*)"
-    r"(?P<name>[A-Z][\w-]*(?: [A-Z][\w-]*){0,3})",
+    r"^\s*(?i:you are (?:the |an? )?|your name is )(?P<name>[A-Z][\w-]*(?: [A-Z][\w-]*){0,3})",
 )
 # Span names that name code, not an agent: dotted or called methods, operation names.
 _METHOD_LIKE = re.compile(r"[.()]|^(chat|invoke_agent|execute_tool|text_completion)\b")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]{0,63}$")
 
 
 def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> str | None:
@@ -31,7 +42,8 @@ def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> str | 
     return None
 
 
-def _own_name(conventions: Sequence[Convention], view: SpanView) -> str | None:
+def _declared_name(conventions: Sequence[Convention], view: SpanView) -> str | None:
+    """The name an agent span declares: an attribute, the name in its span name, or a plain span name."""
     found = first(conventions, "agent_name", view)
     if found or view.kind != Kind.AGENT:
         return found
@@ -43,31 +55,69 @@ def _own_name(conventions: Sequence[Convention], view: SpanView) -> str | None:
 
 
 def named_in_prompt(prompt: str, known: Iterable[str]) -> str | None:
-    """The agent a system prompt speaks to: a name known from elsewhere in the trace that it
-    mentions (earliest mention wins), else the name in "You are X" / "Your name is X"."""
-    lowered = prompt.lower()
-    best: tuple[int, str] | None = None
-    for name in known:
-        match = re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", lowered)
-        if match and (best is None or match.start() < best[0]):
-            best = (match.start(), name)
-    if best is not None:
-        return best[1]
-    match = _NAMED_IN_PROMPT.search(prompt)
-    return match.group("name") if match else None
+    """The agent a system prompt opens by addressing ("You are Researcher." / "Your name is Ada"), as
+    the trace spells it elsewhere when it does. A name further into the prompt is not the agent's: a
+    prompt that quotes the task ("Earlier you were asked: ... You are Van Helsing") names a person."""
+    match = _NAMED_IN_PROMPT.match(prompt)
+    if match is None:
+        return None
+    name = match.group("name")
+    return next((found for found in known if found.lower() == name.lower()), name)
 
 
 class AgentResolver:
-    """Resolves step agents for one trace; knows every agent name the trace mentions."""
+    """Resolves step agents for one trace; knows every agent name the trace declares."""
 
     def __init__(self, conventions: Sequence[Convention], graph: TraceGraph) -> None:
         self.conventions = conventions
         self.graph = graph
+        self._agent_names: dict[bytes, str | None] = {}
         self.known: dict[str, None] = {}
         for view in graph.views:
-            found = _own_name(conventions, view) or first(conventions, "agent_hint", view)
+            found = self.agent_span_name(view) if view.kind == Kind.AGENT else None
+            found = found or first(conventions, "agent_name", view) or first(conventions, "agent_hint", view)
             if found:
                 self.known.setdefault(found, None)
+
+    def owner(self, view: SpanView) -> SpanView | None:
+        """The agent span a step ran in: the span itself when it is one, else its nearest agent ancestor."""
+        if view.kind == Kind.AGENT:
+            return view
+        return next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+
+    def agent_span_name(self, view: SpanView) -> str | None:
+        """An agent span's name: declared, else given by its manager, else its class."""
+        if view.span_id in self._agent_names:
+            return self._agent_names[view.span_id]
+        found = (
+            _declared_name(self.conventions, view)
+            or self._managed_name(view)
+            or first(self.conventions, "agent_class", view)
+        )
+        self._agent_names[view.span_id] = found
+        return found
+
+    def _managed_name(self, view: SpanView) -> str | None:
+        """The name the enclosing agent's run lists for the agent it manages that this span runs: the
+        only one, or the one whose tools match, or the one whose name the sub-agent's task states."""
+        manager = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        if manager is None:
+            return None
+        managed = next((found for c in self.conventions if (found := c.managed_agents(manager))), [])
+        if len(managed) == 1:
+            return managed[0][0]
+        if not managed:
+            return None
+        tools = first(self.conventions, "agent_tools", view)
+        if tools:
+            matching = [name for name, fingerprint in managed if fingerprint == tools]
+            if len(matching) == 1:
+                return matching[0]
+        task = (first(self.conventions, "task_input", view) or "").lower()
+        stated = [
+            name for name, _ in managed if re.search(rf"(?<![\w-]){re.escape(name.lower())}(?![\w-])", task)
+        ]
+        return stated[0] if len(stated) == 1 else None
 
     def hint(self, view: SpanView) -> str | None:
         """The graph node the span ran in, from the span or its nearest ancestor that says."""
@@ -85,28 +135,41 @@ class AgentResolver:
             return False
         node = self.hint(view)
         return bool(node) and node != (
-            _own_name(self.conventions, agent) or first(self.conventions, "agent_hint", agent)
+            self.agent_span_name(agent) or first(self.conventions, "agent_hint", agent)
         )
 
     def resolve(self, view: SpanView) -> str | None:
-        found = _own_name(self.conventions, view)
+        found = first(self.conventions, "agent_name", view)
         if found:
             return found
         if view.kind == Kind.LLM and self.runs_apart(view):
             return self.hint(view)
-        for ancestor in self.graph.ancestors(view):
-            if ancestor.kind in (Kind.AGENT, Kind.LLM):
-                found = _own_name(self.conventions, ancestor)
+        inside_agent = False
+        for candidate in (view, *self.graph.ancestors(view)):
+            if candidate.kind == Kind.AGENT:
+                inside_agent = True
+                found = self.agent_span_name(candidate)
                 if found:
                     return found
-        found = first(self.conventions, "agent_hint", view)
+                break  # a nameless agent span does not borrow the name of the agent around it
+            if candidate.kind == Kind.LLM and candidate is not view:
+                found = first(self.conventions, "agent_name", candidate)
+                if found:
+                    return found
+        found = self.hint(view)
         if found:
             return found
+        if not inside_agent:
+            prompt = first(self.conventions, "system_prompt", view)
+            if prompt:
+                return named_in_prompt(prompt, self.known)
+        return None
+
+    def caller(self, view: SpanView) -> str | None:
+        """When nothing names an agent: the nearest enclosing span named like an operation of the app
+        (``answer_question``), which is where the step's code ran."""
         for ancestor in self.graph.ancestors(view):
-            found = first(self.conventions, "agent_hint", ancestor)
-            if found:
-                return found
-        prompt = first(self.conventions, "system_prompt", view)
-        if prompt:
-            return named_in_prompt(prompt, self.known)
+            name = ancestor.span.name.strip()
+            if name and _IDENTIFIER.match(name) and not _METHOD_LIKE.search(name):
+                return name
         return None

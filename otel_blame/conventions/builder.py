@@ -12,15 +12,24 @@ that gives no steps raises :class:`NoTrajectory`, which says why.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from otel_blame import semconv as sc
-from otel_blame.trajectory import Outcome, Step, StepKind, Task, Trajectory
+from otel_blame.trajectory import (
+    Outcome,
+    Step,
+    StepKind,
+    Task,
+    Trajectory,
+    name_from_input,
+    stated_final_answer,
+)
 
 from .ag2 import AG2
 from .agents import AgentResolver, first
@@ -46,7 +55,11 @@ CONVENTIONS: tuple[Convention, ...] = (
     GenAIEvents(),
 )
 _STEP_KINDS = (Kind.AGENT, Kind.TOOL, Kind.CODE, Kind.LLM)
+FRAMING_WORDS = 8  # a grouping span's result around a step's own output, with no more than this of its own
+FRAMED_MIN_CHARS = 4  # a step's output this short is not looked for inside a result (a "0" is everywhere)
+_TOOL_CALL = re.compile(r"^tool_call ([^(\s]+)\(", re.MULTILINE)
 UNKNOWN_SERVICE = "unknown_service"
+UNNAMED_AGENT = "unnamed agent"  # a step's agent when no telemetry names one (never the service or host)
 
 
 class NoTrajectory(ValueError):
@@ -64,11 +77,12 @@ class BuildNotes:
     """What the builder had to guess, for the caller to count and log."""
 
     service: str
-    agent_from_service: int = 0  # steps whose agent is the service name: nothing named one
+    # steps no telemetry named an agent for: named after the app's span they ran in, or UNNAMED_AGENT
+    agent_unnamed: int = 0
 
     @property
     def guessed(self) -> bool:
-        return self.agent_from_service > 0
+        return self.agent_unnamed > 0
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,9 @@ def _classify(view: SpanView) -> Kind | None:
     return min(votes)[1] if votes else None
 
 
-def _content(view: SpanView) -> tuple[str, str | None]:
-    """Content and role the span itself carries, best source first."""
+def _content(view: SpanView, *, arguments: bool = True) -> tuple[str, str | None]:
+    """Content and role the span itself carries, best source first; a tool span that recorded no
+    result reads as its arguments unless ``arguments`` is off (they are then the step's own field)."""
     if view.kind in (Kind.TOOL, Kind.CODE):
         for convention in CONVENTIONS:
             found = convention.tool_output(view)
@@ -111,8 +126,8 @@ def _content(view: SpanView) -> tuple[str, str | None]:
         answer = convention.output(view)
         if answer is not None:
             return answer
-    found = _GENAI.tool_arguments(view)
-    return found if found is not None else ("", None)
+    found = first(CONVENTIONS, "tool_arguments", view) if arguments and view.kind == Kind.TOOL else None
+    return (found, "tool") if found else ("", None)
 
 
 def _task_view(graph: TraceGraph, root: SpanView | None) -> SpanView | None:
@@ -124,7 +139,11 @@ def _task_view(graph: TraceGraph, root: SpanView | None) -> SpanView | None:
     return root
 
 
-def _outcome(task_view: SpanView | None, root: SpanView | None) -> tuple[Outcome, str | None]:
+def _outcome(
+    task_view: SpanView | None, root: SpanView | None, tops: _TopAgent
+) -> tuple[Outcome, str | None]:
+    """Declared by the task attributes; else the root span's status or exception; else a failure when
+    the outermost agent run ended in an error (its status or an exception event)."""
     attrs = task_view.attributes if task_view is not None else {}
     declared = text(attrs.get(sc.TASK_OUTCOME)).lower()
     reason = text(attrs.get(sc.TASK_OUTCOME_REASON)) or None
@@ -139,7 +158,39 @@ def _outcome(task_view: SpanView | None, root: SpanView | None) -> tuple[Outcome
             return Outcome.FAILURE, reason or exception
         if status.code == Status.STATUS_CODE_OK:
             return Outcome.SUCCESS, reason
+    top_agent = tops.get()
+    if top_agent is not None and top_agent is not root:
+        if top_agent.span.status.code == Status.STATUS_CODE_ERROR:
+            said = top_agent.span.status.message or _exception_text(top_agent.span)
+            return Outcome.FAILURE, reason or f"the agent run {top_agent.span.name!r} ended in an error" + (
+                f": {said}" if said else ""
+            )
+        exception = _exception_text(top_agent.span)
+        if exception:
+            return Outcome.FAILURE, reason or f"the agent run {top_agent.span.name!r} raised {exception}"
     return Outcome.UNKNOWN, reason
+
+
+class _TopAgent:
+    """The earliest agent span with no agent span above it (the run the task was given to), found only
+    when asked: a trace that declares its task and outcome never needs it."""
+
+    def __init__(self, graph: TraceGraph) -> None:
+        self._graph = graph
+        self._found: SpanView | None = None
+        self._looked = False
+
+    def get(self) -> SpanView | None:
+        if not self._looked:
+            self._looked = True
+            tops = [
+                view
+                for view in self._graph.views
+                if view.kind == Kind.AGENT
+                and not any(a.kind == Kind.AGENT for a in self._graph.ancestors(view))
+            ]
+            self._found = min(tops, key=lambda view: view.span.start_time_unix_nano) if tops else None
+        return self._found
 
 
 def _views(resource_spans: Sequence[ResourceSpans]) -> list[SpanView]:
@@ -230,6 +281,20 @@ def _no_steps_reason(graph: TraceGraph, root: SpanView | None) -> str:
     )
 
 
+@dataclass
+class _Found:
+    """A span that speaks as a step, before the steps are numbered."""
+
+    view: SpanView
+    kind: StepKind
+    content: str
+    role: str | None = None
+    tool_name: str | None = None
+    arguments: str | None = None
+    is_error: bool = False
+    at_end: bool = False  # it speaks when it ends (it encloses other steps, or reports their outcome)
+
+
 def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord]]) -> Built:
     trace_id = views[0].span.trace_id
     for view in views:
@@ -238,102 +303,51 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
     graph = TraceGraph(views)
     root = graph.root()
     service = _service(graph.views, root)
-
-    # When an instrumentation numbered its steps (otel_blame.step.index), those spans alone are
-    # the steps: other instrumentations' spans in the same trace (AG2's own tracing, OpenInference
-    # on the same LangGraph app, LLM client spans) describe the same messages again.
-    declared = any(is_declared_step(view) for view in graph.views)
     resolver = AgentResolver(CONVENTIONS, graph)
-    apart = {v.span_id for v in graph.views if not declared and v.kind == Kind.LLM and resolver.runs_apart(v)}
-    step_views: list[tuple[SpanView, str, str | None]] = []
-    for view in graph.views:
-        if view.kind not in _STEP_KINDS:
-            continue
-        if declared and not is_declared_step(view):
-            continue
-        if view is root and view.kind != Kind.AGENT and not is_declared_step(view):
-            continue
-        content, role = _content(view)
-        if not declared and view.kind == Kind.LLM and view.span_id not in apart:
-            if any(a.kind in (Kind.AGENT, Kind.LLM) for a in graph.ancestors(view)):
-                continue  # the agent span above is the step, or the outer LLM span of another instrumentation
-        if view.kind == Kind.AGENT and not content and not declared:
-            below = [d for d in graph.descendants(view) if d.kind in (Kind.AGENT, Kind.LLM)]
-            if any(d.kind == Kind.AGENT or d.span_id in apart for d in below):
-                continue  # a container of other agents, not a message of its own
-            llm_below = sorted(
-                (d for d in below if d.kind == Kind.LLM), key=lambda d: d.span.start_time_unix_nano
-            )
-            if llm_below:
-                content, role = _content(llm_below[-1])
-        step_views.append((view, content, role))
 
-    # A tool or code span inside an agent's step whose output that agent's message already
-    # carries (AG2 replies with the execution result) says nothing new: it is not a step of its
-    # own, but its error marks the agent's step.
-    inherited_errors: set[bytes] = set()
-    if not declared:
-        agent_content = {view.span_id: content for view, content, _ in step_views if view.kind == Kind.AGENT}
-        kept = []
-        for view, content, role in step_views:
-            if view.kind in (Kind.TOOL, Kind.CODE):
-                owner = next((a for a in graph.ancestors(view) if a.span_id in agent_content), None)
-                if owner is not None and content.strip() in agent_content[owner.span_id]:
-                    if _is_error(view):
-                        inherited_errors.add(owner.span_id)
-                    continue
-            kept.append((view, content, role))
-        step_views = kept
-
-    if not step_views:
+    # When an instrumentation numbered its steps (otel_blame.step.index), those spans alone are the
+    # steps: other instrumentations' spans in the same trace (AG2's own tracing, OpenInference on the
+    # same LangGraph app, LLM client spans) describe the same messages again.
+    if any(is_declared_step(view) for view in graph.views):
+        found = _declared_steps(graph, root)
+    else:
+        found = _nested_steps(graph, root, resolver)
+    if not found:
         raise NoTrajectory(_no_steps_reason(graph, root), trace_id=trace_id.hex(), service=service)
 
-    if all(isinstance(v.attributes.get(sc.STEP_INDEX), int) for v, _, _ in step_views):
-        step_views.sort(
-            key=lambda item: (int(item[0].attributes[sc.STEP_INDEX]), item[0].span.start_time_unix_nano)
-        )
-    else:
-        # a step that encloses other steps (an agent run around its sub-agents) speaks when it ends
-        step_ids = {view.span_id for view, _, _ in step_views}
-        enclosing = {
-            view.span_id
-            for view, _, _ in step_views
-            if any(d.span_id in step_ids for d in graph.descendants(view))
-        }
-        step_views.sort(key=lambda item: _order_by_time(item[0], item[0].span_id in enclosing))
-
-    from_service = 0
+    unnamed = 0
     steps: list[Step] = []
-    for position, (view, content, role) in enumerate(step_views):
-        kind = {Kind.TOOL: StepKind.TOOL, Kind.CODE: StepKind.CODE_EXECUTION}.get(view.kind, StepKind.MESSAGE)
-        tool_name = first(CONVENTIONS, "tool_name", view) if kind == StepKind.TOOL else None
-        agent = resolver.resolve(view) or tool_name
+    for position, item in enumerate(found):
+        view = item.view
+        agent = resolver.resolve(view) or item.tool_name
         if not agent:
-            agent = service
-            from_service += 1
-        is_error = _is_error(view) or view.span_id in inherited_errors
-        if not content and is_error:
+            agent = resolver.caller(view) or UNNAMED_AGENT
+            unnamed += 1
+        content = item.content
+        if not content and item.is_error:
             content = _exception_text(view.span) or view.span.status.message
-        raw_role = text(view.attributes.get(sc.STEP_ROLE)) or role or _default_role(kind)
+        raw_role = text(view.attributes.get(sc.STEP_ROLE)) or item.role or _default_role(item.kind)
         steps.append(
             Step(
                 index=position,
                 agent=agent,
                 role=raw_role,
                 content=content,
-                kind=kind,
-                tool_name=tool_name,
+                kind=item.kind,
+                tool_name=item.tool_name,
+                arguments=item.arguments,
                 span_id=view.span_id.hex(),
                 start_time_unix_nano=view.span.start_time_unix_nano or None,
-                is_error=is_error,
+                is_error=item.is_error,
             )
         )
 
-    step_of = {view.span_id: position for position, (view, _, _) in enumerate(step_views)}
+    step_of = {item.view.span_id: position for position, item in enumerate(found)}
     task_view = _task_view(graph, root)
-    outcome, reason = _outcome(task_view, root)
+    top_agent = _TopAgent(graph)
+    outcome, reason = _outcome(task_view, root, top_agent)
     trajectory = Trajectory(
-        task=_task(graph, root, task_view),
+        task=_task(graph, root, task_view, top_agent, steps),
         steps=steps,
         outcome=outcome,
         outcome_reason=reason,
@@ -342,7 +356,151 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
         source="otlp",
         dependency_failures=find_dependency_failures(graph, step_of, CONVENTIONS),
     )
-    return Built(trajectory, BuildNotes(service=service, agent_from_service=from_service))
+    notes = BuildNotes(service=service, agent_unnamed=unnamed)
+    return Built(trajectory, notes)
+
+
+def _step_kind(view: SpanView) -> StepKind:
+    return {Kind.TOOL: StepKind.TOOL, Kind.CODE: StepKind.CODE_EXECUTION}.get(view.kind, StepKind.MESSAGE)  # type: ignore[arg-type]
+
+
+def _declared_steps(graph: TraceGraph, root: SpanView | None) -> list[_Found]:
+    """Our own instrumentation's numbered steps, in the order it numbered them."""
+    found = []
+    for view in graph.views:
+        if view.kind not in _STEP_KINDS or not is_declared_step(view):
+            continue
+        kind = _step_kind(view)
+        content, role = _content(view)
+        tool_name = first(CONVENTIONS, "tool_name", view) if kind == StepKind.TOOL else None
+        found.append(_Found(view, kind, content, role, tool_name, is_error=_is_error(view)))
+    if all(isinstance(item.view.attributes.get(sc.STEP_INDEX), int) for item in found):
+        found.sort(
+            key=lambda item: (int(item.view.attributes[sc.STEP_INDEX]), item.view.span.start_time_unix_nano)
+        )
+    else:
+        found.sort(key=lambda item: _order_by_time(item.view))
+    return found
+
+
+def _below_agent(graph: TraceGraph, view: SpanView) -> Iterator[SpanView]:
+    """The span's ancestors up to (not including) the nearest agent span."""
+    for ancestor in graph.ancestors(view):
+        if ancestor.kind == Kind.AGENT:
+            return
+        yield ancestor
+
+
+def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResolver) -> list[_Found]:
+    """Steps from the real nesting of third-party telemetry.
+
+    Every model call is a step of the agent it ran in (its output message, with the tool calls it asks
+    for); every tool or code span is a tool step, with its status, exception and arguments, even when it
+    returns nothing; an agent span is a step of its own only when nothing below it speaks for it. A
+    grouping span (smolagents' "Step N") adds what its action returned when no step below it carries
+    that (a CodeAgent's execution logs), or its error when no step below failed. The same call recorded
+    by two instrumentations is one step: the outer span."""
+    found: list[_Found] = []
+    for view in graph.views:
+        if view.kind not in _STEP_KINDS or (view is root and view.kind != Kind.AGENT):
+            continue
+        enclosing = list(_below_agent(graph, view))
+        if view.kind == Kind.LLM:
+            if any(a.kind in (Kind.LLM, Kind.TOOL, Kind.CODE) for a in enclosing):
+                continue  # the outer LLM span's call seen again, or a tool's own model call
+            content, role = _content(view)
+            found.append(_Found(view, StepKind.MESSAGE, content, role, is_error=_is_error(view)))
+        elif view.kind in (Kind.TOOL, Kind.CODE):
+            tool_name = first(CONVENTIONS, "tool_name", view) if view.kind == Kind.TOOL else None
+            if any(
+                a.kind == view.kind and first(CONVENTIONS, "tool_name", a) == tool_name for a in enclosing
+            ):
+                continue  # one call seen by two instrumentations
+            content, role = _content(view, arguments=False)
+            arguments = first(CONVENTIONS, "tool_arguments", view)
+            found.append(_Found(view, _step_kind(view), content, role, tool_name, arguments, _is_error(view)))
+    owned: dict[bytes, list[_Found]] = defaultdict(list)
+    for item in found:
+        owner = resolver.owner(item.view)
+        if owner is not None:
+            owned[owner.span_id].append(item)
+    for view in graph.views:
+        if view.kind != Kind.AGENT:
+            continue
+        own = owned.get(view.span_id, [])
+        if any(item.view.kind == Kind.LLM for item in own):
+            continue  # its model calls speak for it
+        content, role = _content(view)
+        if own and not content:
+            continue  # its tools speak for it
+        if not own and not content and any(d.kind == Kind.AGENT for d in graph.descendants(view)):
+            continue  # a container of other agents, not a message of its own
+        # an agent's message that carries its tools' output (AG2 replies with the execution result)
+        # is the step; the tool steps it carries say nothing new, but their errors mark it
+        carried = [item for item in own if item.content.strip() and item.content.strip() in content]
+        found[:] = [item for item in found if all(item is not other for other in carried)]
+        is_error = _is_error(view) or any(item.is_error for item in carried)
+        found.append(_Found(view, StepKind.MESSAGE, content, role, is_error=is_error))
+    found.extend(_group_results(graph, resolver, found))
+    enclosing_ids = _enclosing(graph, found)
+    for item in found:
+        item.at_end = item.at_end or item.view.span_id in enclosing_ids
+    found.sort(key=lambda item: _order_by_time(item.view, item.at_end))
+    return found
+
+
+def _group_results(graph: TraceGraph, resolver: AgentResolver, found: list[_Found]) -> list[_Found]:
+    """What grouping spans add: their action's result or error, where no step below them has it."""
+    by_span = {item.view.span_id: item for item in found}
+    out = []
+    for view in graph.views:
+        if view.kind != Kind.GROUP or graph.parent(view) is None:
+            continue
+        below = [by_span[d.span_id] for d in graph.descendants(view) if d.span_id in by_span]
+        calls = [by_span[c.span_id] for c in graph.children.get(view.span_id, []) if c.kind == Kind.LLM]
+        calls = [item for item in calls if item.view.span_id in by_span]
+        if not calls:
+            continue  # a chain around other spans (a graph, a node's sub-steps), not one step of an agent
+        called = _TOOL_CALL.search(calls[0].content)
+        kind, tool_name = (StepKind.TOOL, called.group(1)) if called else (StepKind.CODE_EXECUTION, None)
+        result = first(CONVENTIONS, "observation", view)
+        stated = result.strip() if result else ""
+        if stated and not _repeats(stated, [item.content for item in below if item is not calls[0]]):
+            out.append(
+                _Found(view, kind, result or "", None, tool_name, is_error=_is_error(view), at_end=True)
+            )
+        elif _is_error(view) and not any(item.is_error for item in below):
+            out.append(_Found(view, kind, "", None, tool_name, is_error=True, at_end=True))
+    return out
+
+
+def _repeats(result: str, below: list[str]) -> bool:
+    """Whether a grouping span's result says nothing a step below it did not: it is one of theirs, or
+    what is left of it once theirs are taken out is a short framing without a value ("Execution logs:
+    Last output from code snippet:" around the final answer a tool step already gave)."""
+    if any(result in content for content in below):
+        return True
+    left = result
+    for content in below:
+        content = content.strip()
+        if len(content) >= FRAMED_MIN_CHARS and content in left:
+            left = left.replace(content, " ")
+    if left == result:
+        return False
+    return len(left.split()) <= FRAMING_WORDS and not any(character.isdigit() for character in left)
+
+
+def _enclosing(graph: TraceGraph, found: list[_Found]) -> set[bytes]:
+    """Steps that speak when they end: a tool or code step, whose content is what it returned (a tool
+    that hands the task to another agent returns that agent's answer, or its error, after the agent's
+    own steps, enclosed by its span or not), and an agent span around other steps (its sub-agents)."""
+    step_ids = {item.view.span_id for item in found}
+    return {
+        item.view.span_id
+        for item in found
+        if item.view.kind in (Kind.TOOL, Kind.CODE)
+        or (item.view.kind == Kind.AGENT and any(d.span_id in step_ids for d in graph.descendants(item.view)))
+    }
 
 
 def _default_role(kind: StepKind) -> str:
@@ -355,7 +513,13 @@ def _order_by_time(view: SpanView, at_end: bool = False) -> tuple:
     return (time, int(index) if isinstance(index, int) else 0)
 
 
-def _task(graph: TraceGraph, root: SpanView | None, task_view: SpanView | None) -> Task:
+def _task(
+    graph: TraceGraph,
+    root: SpanView | None,
+    task_view: SpanView | None,
+    tops: _TopAgent,
+    steps: list[Step],
+) -> Task:
     task_attrs = task_view.attributes if task_view is not None else {}
     conversation = next(
         (
@@ -368,12 +532,22 @@ def _task(graph: TraceGraph, root: SpanView | None, task_view: SpanView | None) 
     name = text(task_attrs.get(sc.TASK_NAME))
     task_input = text(task_attrs.get(sc.TASK_INPUT))
     final_output = text(task_attrs.get(sc.TASK_FINAL_OUTPUT))
-    if root is not None:
-        name = name or first(CONVENTIONS, "task_name", root) or root.span.name
-        task_input = task_input or first(CONVENTIONS, "task_input", root) or ""
-        final_output = final_output or first(CONVENTIONS, "task_output", root) or ""
+    # a task declared on the trace (ours) is not the top agent's: its turn's input and output are a step's
+    declared = task_view is not None and task_view.has_task
+    for view in (root, None if declared else tops):
+        if name and task_input and final_output:
+            break
+        view = view.get() if isinstance(view, _TopAgent) else view
+        if view is not None:
+            name = name or first(CONVENTIONS, "task_name", view) or ""
+            task_input = task_input or first(CONVENTIONS, "task_input", view) or ""
+            final_output = final_output or first(CONVENTIONS, "task_output", view) or ""
+    final_output = final_output or stated_final_answer(step.content for step in reversed(steps)) or ""
+    workflow = name or (root.span.name if root is not None else "")
+    name = name or name_from_input(task_input) or workflow
     return Task(
         name=name or "task",
+        workflow=workflow or None,
         input=task_input or None,
         expected_output=text(task_attrs.get(sc.TASK_EXPECTED_OUTPUT)) or None,
         final_output=final_output or None,

@@ -9,7 +9,9 @@ What counts (any one): an HTTP status 429 or 5xx (``http.response.status_code`` 
 ``http.status_code``); a gRPC status DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED or UNAVAILABLE; a
 timeout (``error.type``, an exception type or an error message that says so); an LLM span with an
 error (a provider error); a tool span with an error. Code the agent wrote that fails is not a
-dependency failure: that is the agent's own output.
+dependency failure: that is the agent's own output; nor is a tool called with arguments it does not
+take (Python's ``TypeError: … unexpected keyword argument``, a missing or surplus argument): the
+caller made that mistake.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from .otlp import attributes_to_dict
 from .text import text
 
 _TIMEOUT = re.compile(r"time[ds]?[ _-]?out|deadline[ _-]?exceeded", re.IGNORECASE)
+# a call that did not fit the tool's signature: the caller's mistake, not the tool's failure
+_CALL_DID_NOT_FIT = re.compile(
+    r"unexpected keyword argument|missing \d+ required (?:positional |keyword-only )?argument"
+    r"|takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:were|was) given"
+    r"|got multiple values for argument"
+)
 _KIND_RANK = {"http_status": 0, "timeout": 1, "provider_error": 2, "tool_error": 3}
 _GRPC_FAILING = {4: "DEADLINE_EXCEEDED", 8: "RESOURCE_EXHAUSTED", 14: "UNAVAILABLE"}
 
@@ -86,6 +94,10 @@ def failure_of(view: SpanView, tool_name: str | None) -> tuple[str, str, str] | 
     if view.kind in (Kind.CODE, Kind.AGENT, Kind.WORKFLOW) or not _has_error(view):
         # code the agent wrote failing is the agent's own output; an agent span's error says who
         # failed, not what it called (its tool, model and HTTP spans below it say that)
+        return None
+    if view.kind == Kind.TOOL and any(
+        _CALL_DID_NOT_FIT.search(found) for found in _error_texts(view) if found
+    ):
         return None
     detail = next((found for found in _error_texts(view) if found), "error")[:200]
     if any(_TIMEOUT.search(found) for found in _error_texts(view) if found):

@@ -1,19 +1,20 @@
 """The OpenTelemetry GenAI semantic conventions: ``invoke_agent``/``execute_tool``/``chat`` spans,
-``gen_ai.agent.name``, content in ``gen_ai.*.messages`` attributes or in log records (the contrib
+``gen_ai.agent.name``, content in ``gen_ai.*.messages`` attributes, in log records (the contrib
 ``opentelemetry-instrumentation-openai-v2`` writes ``gen_ai.client.inference.operation.details``
-or the older per-message events)."""
+or the older per-message events) or in span events of the same names (Strands)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from otel_blame import semconv as sc
 
 from .model import Convention, Kind, Rank, SpanView, Vote
 from .otlp import any_value_to_python, attributes_to_dict
-from .text import messages_text, system_text, text
+from .text import maybe_json, messages_text, system_text, text, tool_call_text
 
 _LLM_OPERATIONS = {sc.OP_CHAT, sc.OP_TEXT_COMPLETION, sc.OP_GENERATE_CONTENT}
 _WORKFLOW_OPERATIONS = {sc.OP_INVOKE_WORKFLOW}
@@ -92,15 +93,28 @@ class GenAI(Convention):
                 return found, role
         return None
 
-    def tool_arguments(self, view: SpanView) -> tuple[str, str] | None:
-        """Last resort for a tool span that recorded no result: what it was called with."""
-        if view.kind == Kind.TOOL and sc.GEN_AI_TOOL_CALL_ARGUMENTS in view.attributes:
-            return text(view.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS]), "tool"
+    def tool_arguments(self, view: SpanView) -> str | None:
+        """What a tool was called with: the attribute, else the ``gen_ai.tool.message`` span event
+        Strands records them in."""
+        if view.kind != Kind.TOOL:
+            return None
+        if sc.GEN_AI_TOOL_CALL_ARGUMENTS in view.attributes:
+            return text(view.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS])
+        for event in view.span.events:
+            if event.name == sc.EVENT_TOOL_MESSAGE:
+                found = text(attributes_to_dict(event.attributes).get("content"))
+                if found:
+                    return found
         return None
 
     def task_input(self, root: SpanView) -> str | None:
         if sc.GEN_AI_INPUT_MESSAGES in root.attributes:
             return messages_text(root.attributes[sc.GEN_AI_INPUT_MESSAGES])[0] or None
+        return None
+
+    def task_output(self, root: SpanView) -> str | None:
+        if sc.GEN_AI_OUTPUT_MESSAGES in root.attributes:
+            return messages_text(root.attributes[sc.GEN_AI_OUTPUT_MESSAGES])[0] or None
         return None
 
     def is_error(self, view: SpanView) -> bool:
@@ -114,10 +128,40 @@ class GenAIEvents(Convention):
     name = "genai-events"
 
     def output(self, view: SpanView) -> tuple[str, str | None] | None:
-        if not view.logs:
-            return None
-        found, role = content_from_logs(view.logs, view.kind)
+        found, role = content_from_logs(view.logs, view.kind) if view.logs else ("", None)
+        if not found:
+            found, role = content_from_span_events(view.span, view.kind)
         return (found, role) if found else None
+
+
+def content_from_span_events(span: Span, kind: Kind | None) -> tuple[str, str | None]:
+    """Output content recorded as span events (Strands): ``gen_ai.client.inference.operation.details``
+    with ``gen_ai.output.messages``, or ``gen_ai.choice`` whose ``message`` holds content blocks."""
+    texts: list[str] = []
+    role: str | None = None
+    for event in span.events:
+        attrs = attributes_to_dict(event.attributes)
+        if event.name == sc.EVENT_INFERENCE_DETAILS and sc.GEN_AI_OUTPUT_MESSAGES in attrs:
+            found, role = messages_text(attrs[sc.GEN_AI_OUTPUT_MESSAGES])
+            texts.append(found)
+        elif event.name == sc.EVENT_CHOICE and "message" in attrs:
+            texts.append(content_blocks_text(attrs["message"]))
+            role = "tool" if kind in (Kind.TOOL, Kind.CODE) else "assistant"
+    return "\n".join(found for found in texts if found), role
+
+
+def content_blocks_text(value: object) -> str:
+    """Bedrock Converse-style content blocks (``[{"text": ...}, {"toolUse": {"name", "input"}}]``)."""
+    value = maybe_json(value)
+    if not isinstance(value, list):
+        return text(value)
+    texts: list[str] = []
+    for block in value:
+        if isinstance(block, dict) and isinstance(block.get("toolUse"), dict):
+            texts.append(tool_call_text(text(block["toolUse"].get("name")), block["toolUse"].get("input")))
+        elif isinstance(block, dict) and "text" in block:
+            texts.append(text(block["text"]).strip())
+    return "\n".join(found for found in texts if found)
 
 
 def log_event_name(record: LogRecord) -> str:

@@ -31,6 +31,7 @@ class Kind(StrEnum):
     CODE = "code"
     LLM = "llm"
     WORKFLOW = "workflow"
+    GROUP = "group"  # a span that groups one step's model call with what it set off (smolagents' "Step N")
 
 
 class Rank(IntEnum):
@@ -43,6 +44,7 @@ class Rank(IntEnum):
     INDEXED = 4
     LLM = 5
     WORKFLOW = 6
+    GROUP = 7
 
 
 Vote = tuple[Rank, Kind]
@@ -89,6 +91,18 @@ class Convention:
         """For a span of kind AGENT without an explicit name: the name its span name carries."""
         return None
 
+    def agent_class(self, view: SpanView) -> str | None:
+        """For a span of kind AGENT named after the class that ran it (``CodeAgent.run``): the class."""
+        return None
+
+    def managed_agents(self, view: SpanView) -> list[tuple[str, str]]:
+        """The agents an agent span manages, as (name, a fingerprint of its tools or ""), in order."""
+        return []
+
+    def agent_tools(self, view: SpanView) -> str | None:
+        """An agent span's tools as one sorted, comma-separated string (to tell managed agents apart)."""
+        return None
+
     def agent_hint(self, view: SpanView) -> str | None:
         """A weaker identity: the graph node or framework step this span ran in."""
         return None
@@ -106,6 +120,15 @@ class Convention:
 
     def output(self, view: SpanView) -> tuple[str, str | None] | None:
         """The message a span produced, with its role."""
+        return None
+
+    def tool_arguments(self, view: SpanView) -> str | None:
+        """What a tool span was called with, as text (JSON for structured arguments)."""
+        return None
+
+    def observation(self, view: SpanView) -> str | None:
+        """A grouping span's own output as plain text: what its step's action returned (a code run's
+        logs), None when it records nothing or a framework's structured state."""
         return None
 
     def task_name(self, root: SpanView) -> str | None:

@@ -1,6 +1,10 @@
 """OpenInference (Arize Phoenix): ``openinference.span.kind``, ``agent.name``, ``graph.node.id``,
-``input.value``/``output.value``, ``llm.input_messages.{i}.message.*`` and the LangChain
-instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and ``langgraph_checkpoint_ns``)."""
+``input.value``/``output.value``, ``llm.input_messages.{i}.message.*`` and
+``llm.output_messages.{i}.message.*`` (``content``, or ``contents.{j}.message_content.text``, and
+``tool_calls``), the LangChain instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and
+``langgraph_checkpoint_ns``) and the smolagents instrumentor's ``smolagents.*`` (the task, the
+managed agents' names). CHAIN spans group a step's model call with the tools it called; their own
+output, when plain text, is what that step's action returned."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ _KINDS: dict[str, Vote] = {
     sc.OPENINFERENCE_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
     sc.OPENINFERENCE_KIND_TOOL: (Rank.TOOL, Kind.TOOL),
     sc.OPENINFERENCE_KIND_LLM: (Rank.LLM, Kind.LLM),
+    sc.OPENINFERENCE_KIND_CHAIN: (Rank.GROUP, Kind.GROUP),
 }
 # AGENT spans named after the method that runs the agent: smolagents' "researcher.run", CrewAI's
 # "Researcher._execute_core"; the part before the method is the agent's name unless it is a class
@@ -23,6 +28,7 @@ _AGENT_METHOD = re.compile(r"^(?P<agent>[^.()]+)\.(?:run|_execute_core|execute_t
 _CLASS_NAME = re.compile(r"^[A-Z]\w*(?:Agent|Crew)$")
 _INPUT_MESSAGE = "llm.input_messages."
 _OUTPUT_MESSAGE = "llm.output_messages."
+_MAX_MANAGED = 64
 
 
 def _metadata(view: SpanView) -> dict[str, Any]:
@@ -63,8 +69,35 @@ class OpenInference(Convention):
             return match.group("agent").strip()
         return None
 
+    def agent_class(self, view: SpanView) -> str | None:
+        if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
+            return None
+        match = _AGENT_METHOD.match(view.span.name.strip())
+        if match and _CLASS_NAME.match(match.group("agent")):
+            return match.group("agent")
+        return None
+
+    def managed_agents(self, view: SpanView) -> list[tuple[str, str]]:
+        attrs = view.attributes
+        found = []
+        for index in range(_MAX_MANAGED):
+            name = text(attrs.get(f"{sc.SMOLAGENTS_MANAGED_AGENTS}{index}.name"))
+            if not name:
+                break
+            tools = _tools_fingerprint(attrs.get(f"{sc.SMOLAGENTS_MANAGED_AGENTS}{index}.tools_names"))
+            found.append((name, tools))
+        return found
+
+    def agent_tools(self, view: SpanView) -> str | None:
+        if sc.SMOLAGENTS_TOOLS_NAMES not in view.attributes:
+            return None
+        return _tools_fingerprint(view.attributes[sc.SMOLAGENTS_TOOLS_NAMES]) or None
+
     def agent_hint(self, view: SpanView) -> str | None:
-        node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID))
+        # the node's name where the instrumentor gives one (Agno: graph.node.id is a generated id)
+        node = text(view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_NAME)) or text(
+            view.attributes.get(sc.OPENINFERENCE_GRAPH_NODE_ID)
+        )
         if node and not node.startswith("__"):  # LangGraph's __start__ / __end__ are not agents
             return node
         return langgraph_node(_metadata(view))
@@ -80,12 +113,37 @@ class OpenInference(Convention):
         return None
 
     def tool_name(self, view: SpanView) -> str | None:
-        return text(view.attributes.get(sc.OPENINFERENCE_TOOL_NAME)) or None
+        found = text(view.attributes.get(sc.OPENINFERENCE_TOOL_NAME))
+        if found or view.kind != Kind.TOOL or not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
+            return found or None
+        return view.span.name.strip() or None  # a TOOL span without tool.name is named after its tool
 
     def tool_output(self, view: SpanView) -> tuple[str, str] | None:
         if view.kind == Kind.TOOL and sc.OPENINFERENCE_OUTPUT_VALUE in view.attributes:
             return text(view.attributes[sc.OPENINFERENCE_OUTPUT_VALUE]), "tool"
         return None
+
+    def tool_arguments(self, view: SpanView) -> str | None:
+        """A tool span's ``input.value``; smolagents records ``{"args": [...], "kwargs": {...}}``, of
+        which the arguments are the keywords, or the positional ones when there are none."""
+        if view.kind != Kind.TOOL or sc.OPENINFERENCE_INPUT_VALUE not in view.attributes:
+            return None
+        value = maybe_json(view.attributes[sc.OPENINFERENCE_INPUT_VALUE])
+        if isinstance(value, dict) and "kwargs" in value and "args" in value:
+            kwargs, args = value.get("kwargs"), value.get("args")
+            value = kwargs if kwargs or not args else args
+        return text(value)
+
+    def observation(self, view: SpanView) -> str | None:
+        if view.kind != Kind.GROUP:
+            return None
+        attrs = view.attributes
+        if "json" in text(attrs.get(sc.OPENINFERENCE_OUTPUT_MIME_TYPE)).lower():
+            return None
+        value = attrs.get(sc.OPENINFERENCE_OUTPUT_VALUE)
+        if not isinstance(value, str) or not value.strip():
+            return None
+        return None if maybe_json(value) is not value else value
 
     def output(self, view: SpanView) -> tuple[str, str | None] | None:
         attrs = view.attributes
@@ -94,9 +152,10 @@ class OpenInference(Convention):
         for index in range(64):  # an LLM span's parsed output messages beat its raw response
             prefix = f"{_OUTPUT_MESSAGE}{index}.message."
             if prefix + "role" not in attrs and prefix + "content" not in attrs:
-                break
+                if prefix + "contents.0.message_content.text" not in attrs:
+                    break
             role = text(attrs.get(prefix + "role")) or role
-            texts.append(text(attrs.get(prefix + "content")))
+            texts.append(text(attrs.get(prefix + "content")) or _contents_text(attrs, prefix))
             for call in range(16):
                 name = attrs.get(f"{prefix}tool_calls.{call}.tool_call.function.name")
                 if name is None:
@@ -114,12 +173,34 @@ class OpenInference(Convention):
         return None
 
     def task_input(self, root: SpanView) -> str | None:
+        if root.attributes.get(sc.SMOLAGENTS_TASK):
+            return text(root.attributes[sc.SMOLAGENTS_TASK])
         value = maybe_json(root.attributes.get(sc.OPENINFERENCE_INPUT_VALUE))
         if isinstance(value, dict) and isinstance(value.get("messages"), list):  # a LangGraph state
             found = messages_text([_langchain_message(m) for m in value["messages"]])[0]
             if found:
                 return found
+        if isinstance(value, dict) and isinstance(value.get("task"), str):  # an agent run's arguments
+            return value["task"] or None
         return text(value) or None
 
     def task_output(self, root: SpanView) -> str | None:
         return text(root.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE)) or None
+
+
+def _contents_text(attrs: dict[str, Any], prefix: str) -> str:
+    """The text parts of a message recorded as ``contents.{j}.message_content.*``."""
+    texts = []
+    for index in range(64):
+        key = f"{prefix}contents.{index}.message_content."
+        if key + "type" not in attrs and key + "text" not in attrs:
+            break
+        if text(attrs.get(key + "type", "text")) == "text":
+            texts.append(text(attrs.get(key + "text")))
+    return "\n".join(found for found in texts if found)
+
+
+def _tools_fingerprint(value: Any) -> str:
+    """A list of tool names (a JSON or Python-literal list, or a tuple's repr) as one sorted string."""
+    names = re.findall(r"[\w.-]+", text(value))
+    return ",".join(sorted(set(names)))

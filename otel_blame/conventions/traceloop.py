@@ -62,6 +62,11 @@ class Traceloop(Convention):
             return text(view.attributes[sc.TRACELOOP_ENTITY_OUTPUT]), "tool"
         return None
 
+    def tool_arguments(self, view: SpanView) -> str | None:
+        if view.kind == Kind.TOOL and sc.TRACELOOP_ENTITY_INPUT in view.attributes:
+            return text(view.attributes[sc.TRACELOOP_ENTITY_INPUT])
+        return None
+
     def output(self, view: SpanView) -> tuple[str, str | None] | None:
         attrs = view.attributes
         if sc.TRACELOOP_ENTITY_OUTPUT in attrs:

@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import logging
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -63,6 +64,7 @@ class Blame:
     confidence: float | None
     method: str
     culprit_span: str | None
+    decided: bool = True  # blame.decided (files written before it existed: decided)
 
 
 # --- Jaeger -------------------------------------------------------------------------------------
@@ -145,7 +147,23 @@ def _blame(trace_id: str, task: DemoTask, root: Mapping[str, Any], culprit_span:
         confidence=float(confidence) if confidence is not None else None,
         method=str(root.get(sc.BLAME_METHOD, "")),
         culprit_span=culprit_span,
+        decided=root.get(sc.BLAME_DECIDED) is not False,
     )
+
+
+TRACE_FILE = re.compile(r"^[0-9a-f]{32}\.otlp\.json$")
+
+
+def remove_earlier_traces(out_dir: Path) -> int:
+    """Delete the trace files an earlier demo wrote in ``out_dir`` (``<32 hex>.otlp.json`` only), so it
+    holds this run's traces alone; how many were deleted."""
+    removed = 0
+    if out_dir.is_dir():
+        for path in out_dir.iterdir():
+            if TRACE_FILE.match(path.name) and path.is_file():
+                path.unlink()
+                removed += 1
+    return removed
 
 
 def write_otlp_json(
@@ -174,14 +192,19 @@ def write_otlp_json(
 # --- output -------------------------------------------------------------------------------------
 
 
-def format_blame_table(blame: Blame, task: DemoTask) -> str:
-    """A two-column table for one failed trace."""
+def format_blame_table(blame: Blame, task: DemoTask, columns: int = 80) -> str:
+    """A two-column table for one failed trace, at most ``columns`` wide (values wrap inside it)."""
     confidence = f"{blame.confidence:.2f}" if blame.confidence is not None else "-"
+    step = "-" if blame.step is None else str(blame.step)
+    who = (
+        [("blamed agent", blame.agent), ("step", step)]
+        if blame.decided
+        else [("verdict", f"undecided; the likeliest: {blame.agent} at step {step}")]
+    )
     rows = [
         ("trace id", blame.trace_id),
         ("task", f"{task.name}: {task.question}"),
-        ("blamed agent", blame.agent),
-        ("step", "-" if blame.step is None else str(blame.step)),
+        *who,
         ("reason", blame.reason),
         ("confidence", confidence),
         ("method", blame.method),
@@ -189,7 +212,7 @@ def format_blame_table(blame: Blame, task: DemoTask) -> str:
     if task.fault_agent is not None:
         rows.append(("planted fault", f"{task.fault_agent} at step {task.fault_step}: {task.fault}"))
     width = max(len(label) for label, _ in rows)
-    value_width = 78
+    value_width = max(20, columns - width - 7)  # "| " label " | " value " |"
     lines = []
     border = f"+-{'-' * width}-+-{'-' * value_width}-+"
     lines.append(border)

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from otel_blame.attribution.known_answer import same_agent
 from otel_blame.inject.faults import FAULT_KINDS, FaultKind, applies
 from otel_blame.inject.injector import SeenMessage, situations
 from otel_blame.inject.report import Baseline, Fault, Prediction, RunRecord, RunStatus
@@ -115,7 +116,7 @@ class Plan:
                 Target(m.agent, m.step)
                 for m, situation in indexed
                 if m.step is not None
-                and (agent is None or m.agent == agent)
+                and (agent is None or same_agent(m.agent, agent))
                 and (step is None or m.step == step)
                 and applies(
                     kind,
@@ -131,10 +132,12 @@ class Plan:
                 targets[kind] = found
         return cls(targets, tools)
 
-    def draw(self, rng: random.Random) -> tuple[FaultKind, Target] | None:
+    def draw(self, rng: random.Random, kind: FaultKind | None = None) -> tuple[FaultKind, Target] | None:
+        """A fault kind and a target for it; ``kind`` when this plan has targets for it."""
         if not self.targets:
             return None
-        kind = rng.choice(sorted(self.targets))
+        if kind is None or kind not in self.targets:
+            kind = rng.choice(sorted(self.targets))
         return kind, rng.choice(self.targets[kind])
 
 
@@ -528,6 +531,18 @@ class Campaign:
                     "tools": list(plan.tools),
                 }
             answer = self._run(get, spec)
+            if drawn is not None and _missed(answer):
+                # the run took another path than the baseline (a routing app sent the case to another
+                # specialist): plan from this run's own path, and run the same seed again
+                own = Plan.from_seen(answer.get("seen", []), faults, settings.agent, settings.step)
+                again = own.draw(rng, kind=drawn[0])
+                if again is not None:
+                    kind, target = again
+                    planned = Fault(kind=kind.value, agent=target.agent, step=target.step)
+                    tools = sorted({*plan.tools, *own.tools})
+                    where = {"kind": kind.value, "agent": target.agent, "step": target.step, "tools": tools}
+                    spec["fault"] = {**spec["fault"], **where}
+                    answer = self._run(get, spec)
             planted = answer.get("planted")
             record = RunRecord(
                 index=index,
@@ -569,8 +584,13 @@ def score_record(record: RunRecord, prediction: Prediction) -> None:
     record.prediction = prediction
     record.status = RunStatus.ATTRIBUTED
     if record.fault is not None:
-        record.agent_correct = prediction.agent == record.fault.agent
+        record.agent_correct = same_agent(prediction.agent, record.fault.agent)
         record.step_correct = prediction.step == record.fault.step
+
+
+def _missed(answer: Mapping[str, Any]) -> bool:
+    """The planned fault found no message to go into, in a run that otherwise ended normally."""
+    return not answer.get("planted") and not answer.get("timeout") and not answer.get("error")
 
 
 def _truth(planted: Mapping[str, Any] | None, declared: Mapping[str, Any] | None) -> Fault | None:

@@ -82,9 +82,6 @@ def render_terminal(report: object, console: object) -> None:
 
 
 def _list_apps(as_json: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     from otel_blame.inject import zoo
 
     rows = [
@@ -100,21 +97,35 @@ def _list_apps(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    table = Table(
-        title=f"the app zoo (otel-blame inject --app zoo:NAME); this environment: {zoo.current_environment()}"
+    import shutil
+
+    from otel_blame.terminal import wrap
+
+    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
+    click.echo(
+        wrap(
+            f"The app zoo (otel-blame inject --app zoo:NAME); this environment: {zoo.current_environment()}",
+            width,
+        )
     )
-    for column in ("name", "framework", "shape", "environment", "status"):
-        table.add_column(column, overflow="fold")
+    click.echo("")
+    columns = ("name", "framework", "environment", "status")
+    widths = {c: max(len(c), *(len(str(row[c])) for row in rows)) for c in columns}
+    click.echo("  ".join(c.ljust(widths[c]) for c in columns).rstrip())
+    click.echo("-" * min(width, sum(widths.values()) + 2 * (len(columns) - 1)))
     styles = {"ready": "green", "other env": "cyan", "no env": "yellow", "missing": "red"}
     for row in rows:
-        status = row["status"]
-        table.add_row(
-            *(row[c] for c in ("name", "framework", "shape", "environment")), f"[{styles[status]}]{status}[/]"
+        cells = [str(row[c]).ljust(widths[c]) for c in columns[:-1]]
+        status = click.style(row["status"], fg=styles[row["status"]])
+        click.echo("  ".join([*cells, status]))
+        click.echo(wrap(row["shape"], width, indent="    "))
+    click.echo("")
+    click.echo(
+        wrap(
+            "status: ready = runs here; other env = runs through that environment's python; "
+            "no env = that environment is not installed; missing = its module is not in this installation",
+            width,
         )
-    Console().print(table)
-    Console().print(
-        "status: ready = runs here; other env = runs through that environment's python; "
-        "no env = that environment is not installed; missing = its module is not in this installation"
     )
 
 
@@ -143,8 +154,9 @@ def _list_apps(as_json: bool) -> None:
     "faults",
     multiple=True,
     type=click.Choice([k.value for k in FAULT_KINDS]),
-    help="Fault kinds to plant (repeatable); default: the kinds the app declares in FAULTS, else all; "
-    "one drawn per run.",
+    metavar="KIND",
+    help=f"Fault kinds to plant (repeatable): {', '.join(k.value for k in FAULT_KINDS)}; default: the "
+    "kinds the app declares in FAULTS, else all; one drawn per run.",
 )
 @click.option("--agent", default=None, help="Plant faults only into this agent's messages (default: random).")
 @click.option("--step", type=click.IntRange(min=0), default=None, help="Plant faults only at this step.")

@@ -43,12 +43,11 @@ from enum import StrEnum
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from otel_blame.attribution.registry import is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor import analysis as pure
 from otel_blame.processor.analysis import ATTRIBUTED, NO_TRAJECTORY, Analysis, AnalysisJob, Blamed, Concluding
 from otel_blame.processor.assembler import BufferedTrace
-from otel_blame.processor.attributor import AttributionRunner
+from otel_blame.processor.attributor import AttributionRunner, uses_llm
 from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import ProcessorConfig
 from otel_blame.processor.counters import Counters
@@ -120,9 +119,8 @@ class AnalysisStage:
         )
         # batches handed to the pool and not finished: one a worker, plus one waiting for the next free
         self._slots = threading.BoundedSemaphore(self.workers + 1)
-        in_process = not (
-            is_llm_method(config.attribution.method) or is_llm_method(config.attribution.fallback_method)
-        )  # an LLM method's job waits on the network: one at a time, so no worker sits on a queue
+        # an LLM method's job waits on the network: one at a time, so no worker sits on a queue
+        in_process = not uses_llm(config.attribution)
         self._dispatcher: BatchingWorker[_Scheduled] = BatchingWorker(
             self._dispatch, name="otel-blame-dispatch", max_batch=_MAX_JOBS_A_TRIP if in_process else 1
         )
@@ -139,9 +137,7 @@ class AnalysisStage:
         that cannot be sent to them (an embedding's hook, a lambda) keeps LLM attribution in threads
         here: content goes to an LLM only through the processor's own redactor."""
         attribution = self._config.attribution
-        needs_redactor = attribution.redact and (
-            is_llm_method(attribution.method) or is_llm_method(attribution.fallback_method)
-        )
+        needs_redactor = attribution.redact and uses_llm(attribution)
         sent: Redactor | None = None  # in-process methods: no LLM sees content, nothing to redact
         if needs_redactor:
             try:
@@ -411,13 +407,14 @@ class AnalysisStage:
                 f"failed trace not attributed: {analysis.problem}",
             )
             return Analysed(trace, Handling.ANALYSED, analysis, late=late, job_row=job_row)
-        if analysis.steps_named_by_service:
-            self._counters.add("agent_from_service_traces")
+        if analysis.steps_unnamed:
+            self._counters.add("agent_unnamed_traces")
             self._warn_once(
                 analysis.workflow_service,
-                "agent_from_service",
-                f"{analysis.steps_named_by_service} step(s) of trace {trace_hex} name no agent "
-                "(no agent span, graph node or system prompt names one); blamed as the service",
+                "agent_unnamed",
+                f"{analysis.steps_unnamed} step(s) of trace {trace_hex} name no agent "
+                "(no agent span, graph node or system prompt names one); named after the span they ran "
+                'in, or "unnamed agent"',
             )
         if analysis.fell_back:
             self._counters.add("fallback_attributions")

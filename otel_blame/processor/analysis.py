@@ -110,7 +110,7 @@ class Analysis:
     problem: str | None = None
     problem_service: str | None = None
     fell_back: bool = False
-    steps_named_by_service: int = 0  # steps whose agent nothing but the service named
+    steps_unnamed: int = 0  # steps whose agent no telemetry named
     blamed: Blamed | None = None  # concluded where it ran (``trajectory`` is then not sent back)
 
 
@@ -170,7 +170,7 @@ def analyse(
         "service": service,
         "workflow_service": service or built.notes.service,
         "resource": resource.SerializeToString() if resource is not None else b"",
-        "steps_named_by_service": built.notes.agent_from_service,
+        "steps_unnamed": built.notes.agent_unnamed,
     }
     if not (decision.failed and job.attribute and runner is not None):
         return Analysis(BUILT, decision, **found)

@@ -9,6 +9,12 @@ passed while queued makes no request and goes straight to the fallback. An error
 falls back to the fallback method, and ``Attribution.method`` says so, e.g.
 ``heuristic(fallback:all_at_once)``. Content is redacted before it reaches an LLM method.
 
+With ``attribution.escalation`` (``undecided`` by default) and an LLM endpoint configured, the
+offline method is built escalating (:mod:`otel_blame.attribution.escalation`): it reads the trace
+as it is, and only what goes to the LLM is redacted. When its LLM check fails or runs out of time,
+it answers with the offline verdict it already has (``ranker(fallback:guided_check)``), counted
+as a fallback like the fallback method's answers.
+
 In-process methods (the heuristic, the baselines) are not interrupted: they make no request and
 finish in milliseconds; an answer that arrives after the deadline is used, since it is there.
 """
@@ -19,10 +25,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from otel_blame.attribution.base import AttributionMethod
+from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.calibration import Calibration, CalibrationError
 from otel_blame.attribution.deadline import DeadlineExceeded, attribution_deadline
-from otel_blame.attribution.registry import create_method, is_llm_method
+from otel_blame.attribution.registry import create_method, escalates, is_llm_method
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.config import AttributionConfig, ConfigError
 from otel_blame.redaction import Redactor, redact_trajectory
@@ -56,15 +62,32 @@ def _load_calibration(config: AttributionConfig) -> Calibration | None:
     return calibration
 
 
+def uses_llm(config: AttributionConfig) -> bool:
+    """Whether attribution sends content to an LLM: an LLM method or fallback, or an escalation."""
+    return (
+        is_llm_method(config.method)
+        or is_llm_method(config.fallback_method)
+        or escalates(config.method, config.escalation, config.llm)
+    )
+
+
 class AttributionRunner:
     """Thread-safe; ``attribute`` runs on the calling thread and ends its LLM requests by the deadline."""
 
     def __init__(self, config: AttributionConfig, redactor: Redactor | None = None) -> None:
         self._config = config
+        self._redactor = redactor or Redactor()
         try:
-            self.method: AttributionMethod = create_method(config.method, llm=config.llm)
+            self.method: AttributionMethod = create_method(
+                config.method,
+                llm=config.llm,
+                escalation=config.escalation,
+                for_llm=self._redacted if config.redact else None,
+            )
         except ValueError as error:
             raise ConfigError(f"attribution.method: {error}") from None
+        except AttributionError as error:  # escalation "always" with no endpoint to escalate to
+            raise ConfigError(f"attribution.escalation: {config.escalation}: {error}") from None
         self.fallback: AttributionMethod | None = None
         if config.fallback_method != config.method:
             try:
@@ -73,12 +96,15 @@ class AttributionRunner:
                 raise ConfigError(f"attribution.fallback_method: {error}") from None
         self._redact = config.redact and is_llm_method(config.method)
         self._redact_fallback = config.redact and is_llm_method(config.fallback_method)
-        self._redactor = redactor or Redactor()
         self.calibration = _load_calibration(config)
 
+    def _redacted(self, trajectory: Trajectory) -> Trajectory:
+        return redact_trajectory(trajectory, self._redactor)
+
     def _calibrated(self, attribution: Attribution) -> Attribution:
-        """The method's answer with ``confidence`` mapped through the calibration file, when one is set."""
-        if self.calibration is None:
+        """The method's answer with ``confidence`` mapped through the calibration file, when one is set
+        (an escalated verdict's confidence is the LLM's, which the file was not fitted on)."""
+        if self.calibration is None or attribution.method.startswith(f"{self._config.method}+"):
             return attribution
         return attribution.model_copy(update={"confidence": self.calibration.apply(attribution.confidence)})
 
@@ -95,7 +121,10 @@ class AttributionRunner:
             # method goes straight to the fallback); an in-process method just runs
             given = redact_trajectory(trajectory, self._redactor) if self._redact else trajectory
             with attribution_deadline(deadline):
-                return AttributionOutcome(self._calibrated(self.method.attribute(given)))
+                answer = self._calibrated(self.method.attribute(given))
+            # an escalation whose LLM check failed answers with the offline verdict it already had
+            fell_back = "(fallback:" in answer.method
+            return AttributionOutcome(answer, fell_back, answer.reason if fell_back else None)
         except DeadlineExceeded as error:
             problem = f"{timed_out} ({error})"
         except Exception as error:  # an LLM error, a bad answer, AttributionError

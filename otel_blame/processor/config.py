@@ -37,6 +37,7 @@ from otel_blame import semconv as sc
 from otel_blame.alerting.repeated import RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
+from otel_blame.attribution.registry import DEFAULT_ESCALATION, Escalation
 
 ENV_PREFIX = "OTEL_BLAME_"
 MiB = 1024 * 1024
@@ -168,6 +169,12 @@ class DetectionConfig(_Section):
 class AttributionConfig(_Section):
     method: str = Field(default="heuristic", description="see `otel-blame attribute --help` for names")
     fallback_method: str = Field(default="heuristic", description="used when the method errs or times out")
+    escalation: Escalation = Field(
+        default=DEFAULT_ESCALATION,
+        description="with an LLM endpoint configured, which verdicts of an offline method go to the LLM "
+        "(guided_check, judging only the offline candidates): never, undecided (decided verdicts spend no "
+        "tokens) or always; without an endpoint, undecided does nothing and always stops the start",
+    )
     workers: int | None = Field(
         default=None,
         ge=1,
@@ -219,6 +226,11 @@ class CrossRunConfig(_Section):
     )
     min_failing_runs: int = Field(default=5, ge=1, description="failing runs seen before it is used")
     observe_successes: bool = Field(default=True, description="build and count successful traces too")
+    count_undecided: bool = Field(
+        default=False,
+        description="count an undecided verdict's step as blamed too (default: a failing run is counted, "
+        "its blamed step only when the verdict is decided)",
+    )
     success_backlog: int = Field(
         default=32,
         ge=0,
@@ -267,6 +279,11 @@ class AlertingConfig(_Section):
 
     webhook: WebhookSettings | None = Field(default=None, description="null = no webhook alerts")
     repeated_culprit: RepeatedCulpritRule = Field(default_factory=RepeatedCulpritRule)
+    count_undecided: bool = Field(
+        default=False,
+        description="count undecided verdicts (blame.decided=false) as blames on the culprit counters, "
+        "the repeated-culprit alert, the culprits page and `otel-blame top` (default: decided only)",
+    )
 
 
 class ProcessorConfig(_Section):

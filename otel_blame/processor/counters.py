@@ -25,7 +25,7 @@ NAMES = (
     "fallback_attributions",
     "unattributed_failed_traces",
     "no_trajectory_traces",
-    "agent_from_service_traces",  # a step's agent was named by nothing but the service
+    "agent_unnamed_traces",  # a step's agent was named by no telemetry (after its span, or "unnamed agent")
     "analysis_errors",
     "late_root_failures",
     "analysis_overflow_traces",

@@ -60,10 +60,11 @@ CREATE INDEX IF NOT EXISTS components_by_agent ON components (workflow, agent, l
 
 
 def workflow_key(service: str, trajectory: Trajectory, mode: str = "service_and_task") -> str:
-    """Which runs are runs of the same workflow: the service, and (by default) the task's name."""
+    """Which runs are runs of the same workflow: the service, and (by default) the task's workflow (its
+    declared name, else its root span's; not a name read from one run's input)."""
     if mode == "service":
         return service or "unknown_service"
-    return f"{service or 'unknown_service'}/{trajectory.task.name}"
+    return f"{service or 'unknown_service'}/{trajectory.task.workflow or trajectory.task.name}"
 
 
 def _agent_of(entity: str) -> str:

@@ -4,7 +4,8 @@ On a failed trace: the decisive step's span gets ``blame.culprit``, ``blame.agen
 ``blame.step``, ``blame.reason``, a ``blame.assigned`` event and a GenAI ``gen_ai.evaluation.result``
 event (see ``evaluation_attributes``); the root gets ``blame.agent``,
 ``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
-both also get ``blame.category`` (and ``blame.dependency``), ``blame.cross_run.suspiciousness``
+both also get ``blame.decided`` (false: a ranked guess, the culprit span its top candidate's),
+``blame.category`` (and ``blame.dependency``), ``blame.cross_run.suspiciousness``
 where known, the root ``blame.failure_mode`` where one is supported;
 every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
 known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
@@ -75,9 +76,10 @@ def root_attributes(attribution: Attribution) -> dict[str, object]:
 
 
 def culprit_attributes(attribution: Attribution) -> dict[str, object]:
-    """What root and culprit span both carry beyond agent, step and reason: the kind of failure
-    (``blame.category``, ``blame.dependency``) and the cross-run suspiciousness, where known."""
-    values: dict[str, object] = {}
+    """What root and culprit span both carry beyond agent, step and reason: whether the evidence
+    decided the verdict (``blame.decided``), the kind of failure (``blame.category``,
+    ``blame.dependency``) and the cross-run suspiciousness, where known."""
+    values: dict[str, object] = {sc.BLAME_DECIDED: bool(attribution.decided)}
     if attribution.category:
         values[sc.BLAME_CATEGORY] = attribution.category
     if attribution.dependency and attribution.category == sc.CATEGORY_DEPENDENCY:

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from otel_blame.alerting.metrics import CulpritMetrics
-from otel_blame.alerting.repeated import RepeatedCulpritDetector, RepeatedCulpritRule
+from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
 from otel_blame.processor.batching import BatchingWorker
-from otel_blame.processor.config import CrossRunConfig
+from otel_blame.processor.config import AlertingConfig, CrossRunConfig
 from otel_blame.processor.counters import Counters
 from otel_blame.processor.cross_run import CrossRunStatistics, workflow_key
 from otel_blame.trajectory import Outcome, Trajectory
@@ -112,18 +112,18 @@ class MetricsListener:
 
 
 class AlertingListener:
-    """Queued: one alert when an agent is blamed ``threshold`` times in a window (and the webhook)."""
+    """Queued: one alert when an agent is blamed ``threshold`` times in a window (and the webhook);
+    undecided verdicts count only with ``alerting.count_undecided``."""
 
-    def __init__(
-        self, rule: RepeatedCulpritRule, counters: Counters, notifier: WebhookNotifier | None
-    ) -> None:
-        self._repeated = RepeatedCulpritDetector(rule)
+    def __init__(self, config: AlertingConfig, counters: Counters, notifier: WebhookNotifier | None) -> None:
+        self._repeated = RepeatedCulpritDetector(config.repeated_culprit)
+        self._count_undecided = config.count_undecided
         self._counters = counters
         self._notifier = notifier
 
     def on_verdicts(self, verdicts: Sequence[TraceVerdict]) -> None:
         for verdict in verdicts:
-            if verdict.attribution is None:
+            if verdict.attribution is None or not (verdict.attribution.decided or self._count_undecided):
                 continue
             alert = self._repeated.observe(verdict.service, verdict.attribution.agent, verdict.trace_id)
             if alert is None:
@@ -142,7 +142,8 @@ class AlertingListener:
 
 class CrossRunCounter:
     """Queued: every run with a trajectory counted in its workflow's cross-run statistics (a failed
-    run only once blamed, with its blamed step)."""
+    run only once blamed, with its blamed step when the verdict is decided or
+    ``cross_run.count_undecided``)."""
 
     def __init__(self, statistics: CrossRunStatistics, settings: CrossRunConfig, counters: Counters) -> None:
         self._statistics = statistics
@@ -155,7 +156,10 @@ class CrossRunCounter:
             if trajectory is None or (verdict.failed and verdict.attribution is None):
                 continue
             key = workflow_key(verdict.workflow_service, trajectory, self._settings.workflow_key)
-            blamed_step = verdict.attribution.step if verdict.attribution is not None else None
+            attribution = verdict.attribution
+            blamed_step = None
+            if attribution is not None and (attribution.decided or self._settings.count_undecided):
+                blamed_step = attribution.step
             try:
                 counted = self._statistics.observe(
                     key, trajectory, failed=verdict.failed, blamed_step=blamed_step

@@ -95,7 +95,7 @@ class BlameProcessor:
         extensions: Sequence[Extension] = (),
     ) -> None:
         self.config = config
-        self.metrics = metrics or CulpritMetrics()
+        self.metrics = metrics or CulpritMetrics(count_undecided=config.alerting.count_undecided)
         self.counters = Counters()
         self._redactor = redactor or Redactor()
         self._enricher = enricher or BlameEnricher()
@@ -216,7 +216,7 @@ class BlameProcessor:
             except (OSError, sqlite3.Error) as error:
                 raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
             queued.append(CrossRunCounter(self._cross_run, config.cross_run, self.counters))
-        queued.append(AlertingListener(config.alerting.repeated_culprit, self.counters, self._notifier))
+        queued.append(AlertingListener(config.alerting, self.counters, self._notifier))
         bus = self._bus = VerdictBus(
             inline=[MetricsListener(self.metrics, self.counters)],
             keeping=[self._blame_listeners],

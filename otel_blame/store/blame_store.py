@@ -15,6 +15,7 @@ is what a scrape reads. One write, one record of each blame, for the UI, the API
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -29,16 +30,19 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    false,
     func,
     insert,
     inspect,
     select,
     text,
+    true,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DisconnectionError, IntegrityError, OperationalError, ProgrammingError
 
 from otel_blame.alerting.metrics import BlameSeries, CulpritLabels, counted_agent, culprit_labels
+from otel_blame.attribution.known_answer import same_agent
 from otel_blame.store.config import StoreConfig
 from otel_blame.store.records import (
     CulpritCount,
@@ -63,6 +67,7 @@ _SUMMARY_COLUMNS = (
     failures.c.agent,
     failures.c.step,
     failures.c.confidence,
+    failures.c.decided,
     failures.c.reason,
     failures.c.method,
     failures.c.model,
@@ -74,11 +79,17 @@ _SUMMARY_COLUMNS = (
 
 @dataclass(frozen=True)
 class CountAs:
-    """Whose culprit counters a kept failure increments: the replica's name, and the bound on distinct
-    (service, agent) pairs past which agents are counted as ``other`` (as the metric labels them)."""
+    """Whose culprit counters a kept failure increments: the replica's name, the bound on distinct
+    (service, agent) pairs past which agents are counted as ``other`` (as the metric labels them),
+    and whether undecided verdicts count (``alerting.count_undecided``; by default they do not)."""
 
     replica: str
     max_agents: int = 500
+    count_undecided: bool = False
+
+    def counts(self, run: StoredRun) -> bool:
+        """Whether this blame goes on the culprit counters."""
+        return run.decided or self.count_undecided
 
 
 def _row(run: StoredRun) -> dict[str, Any]:
@@ -92,6 +103,7 @@ def _row(run: StoredRun) -> dict[str, Any]:
         "agent": run.agent[:256],
         "step": run.step,
         "confidence": run.confidence,
+        "decided": run.decided,
         "reason": run.reason,
         "method": run.method[:256],
         "method_base": base_method(run.method)[:128],
@@ -112,12 +124,22 @@ def _engine_url(url: str) -> str:
     return url
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` now, or None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _sqlite_engine(path: Path) -> Engine:
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{path}")
 
     @event.listens_for(engine, "connect")
-    def _pragmas(connection, _record) -> None:  # noqa: ANN001
+    def _pragmas(connection, record) -> None:  # noqa: ANN001
+        record.info["file"] = _file_identity(path)
         cursor = connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         # FULL: a blame is kept before its trace's spans leave (and their log rows are deleted), so
@@ -125,6 +147,13 @@ def _sqlite_engine(path: Path) -> Engine:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA busy_timeout=5000")
         cursor.close()
+
+    @event.listens_for(engine, "checkout")
+    def _same_file(_connection, record, _proxy) -> None:  # noqa: ANN001
+        """A pooled connection to a file that was since deleted or replaced (a demo run, a restore)
+        reads the old file: the pool drops it and connects to the file at the path now."""
+        if record.info.get("file") != _file_identity(path):
+            raise DisconnectionError(f"{path} was replaced; reconnecting")
 
     return engine
 
@@ -140,6 +169,9 @@ class BlameStore:
         self._writes = 0
         self._lock = threading.Lock()
         self._schema_ready = False
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self._file = Path(database) if database and database != ":memory:" else None
+        self._file_seen: tuple[int, int] | None = None
         try:
             self._ensure_schema()
         except OperationalError as error:  # unreachable: start anyway, blames wait in the outbox
@@ -150,10 +182,16 @@ class BlameStore:
         return self.engine.dialect.name
 
     def _ensure_schema(self) -> None:
-        """Create the tables (and enforce the bounds) on first contact with the database."""
+        """Create the tables (and enforce the bounds) on first contact with the database, and again
+        when its SQLite file was replaced since (a demo run, a restore): the store then reads the
+        file now at its path, not the one it opened (whose pooled connections the engine drops)."""
+        if self._schema_ready and self._file is not None and _file_identity(self._file) != self._file_seen:
+            log.info("blame store: %s was replaced; reading the new file", self._file)
+            self._schema_ready = False
         if self._schema_ready:
             return
         self._create_schema()
+        self._file_seen = _file_identity(self._file) if self._file is not None else None
         self._schema_ready = True
         self.prune()
 
@@ -172,11 +210,16 @@ class BlameStore:
     def _add_missing_columns(self) -> None:
         """A store made before a column existed gets it (``create_all`` makes only missing tables)."""
         present = {column["name"] for column in inspect(self.engine).get_columns(failures.name)}
-        if "source" not in present:
-            with self.engine.begin() as connection:
-                connection.execute(
-                    text(f"ALTER TABLE {failures.name} ADD COLUMN source VARCHAR(512) NOT NULL DEFAULT ''")
-                )
+        yes = "1" if self.dialect == "sqlite" else "TRUE"
+        added = {
+            "source": "source VARCHAR(512) NOT NULL DEFAULT ''",
+            # verdicts kept before blame.decided existed were shown and counted as decided
+            "decided": f"decided BOOLEAN NOT NULL DEFAULT {yes}",
+        }
+        for name, definition in added.items():
+            if name not in present:
+                with self.engine.begin() as connection:
+                    connection.execute(text(f"ALTER TABLE {failures.name} ADD COLUMN {definition}"))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -211,7 +254,9 @@ class BlameStore:
                         self._write_rows(connection, [rows[i] for i in todo])
                         if count_as is not None:
                             blames = Counter(
-                                culprit_labels(runs[i].service, runs[i].agent, runs[i].method) for i in todo
+                                culprit_labels(runs[i].service, runs[i].agent, runs[i].method)
+                                for i in todo
+                                if count_as.counts(runs[i])
                             )
                             self._count_blames(connection, count_as, blames)
                 break
@@ -381,12 +426,14 @@ class BlameStore:
         limit: int = 50,
         offset: int = 0,
     ) -> FailurePage:
-        """Newest first; ``method`` matches the base method (``heuristic`` also finds fallbacks)."""
+        """Newest first; ``method`` matches the base method (``heuristic`` also finds fallbacks);
+        ``agent`` matches case- and space-insensitively (``websurfer`` finds ``WebSurfer``)."""
         limit = max(1, min(limit, MAX_PAGE))
         offset = max(0, offset)
+        self._ensure_schema()
         conditions = []
         if agent:
-            conditions.append(failures.c.agent == agent)
+            conditions.append(failures.c.agent.in_(self.agents_named(agent)))
         if service:
             conditions.append(failures.c.service == service)
         if method:
@@ -415,6 +462,7 @@ class BlameStore:
                 agent=row.agent,
                 step=row.step,
                 confidence=row.confidence,
+                decided=bool(row.decided),
                 reason=row.reason,
                 method=row.method,
                 model=row.model,
@@ -434,8 +482,16 @@ class BlameStore:
             ).scalar_one_or_none()
         return None if record is None else StoredRun.model_validate_json(record)
 
+    def agents_named(self, name: str) -> list[str]:
+        """The stored agent names that name the same agent as ``name`` (case and spaces aside)."""
+        self._ensure_schema()
+        with self.engine.connect() as connection:
+            stored = connection.execute(select(failures.c.agent).distinct()).scalars()
+            return [agent for agent in stored if same_agent(agent, name)]
+
     def distinct_values(self) -> dict[str, list[str]]:
         """Services, agents and methods present, for the filter menus."""
+        self._ensure_schema()
         out: dict[str, list[str]] = {}
         with self.engine.connect() as connection:
             for name, column in (
@@ -448,17 +504,26 @@ class BlameStore:
         return out
 
     def count(self) -> int:
+        self._ensure_schema()
         with self.engine.connect() as connection:
             return int(connection.execute(select(func.count()).select_from(failures)).scalar_one())
 
     def culprits(
-        self, window_seconds: float, *, now: float | None = None, buckets: int = 24
+        self,
+        window_seconds: float,
+        *,
+        now: float | None = None,
+        buckets: int = 24,
+        count_undecided: bool = False,
     ) -> CulpritReport:
         """Blames per (service, agent) in the window, most first, and per bucket for the plot; files
-        attributed in the UI (``source``) are not counted.
+        attributed in the UI (``source``) are not counted, nor undecided verdicts (a ranked guess is
+        not a culprit) unless ``count_undecided``: the report says how many were left out.
 
         The counts are the store's rows, labelled as ``otel_blame_attributions_total`` labels its
-        series (service, agent, base method), so they match ``increase(...[window])``."""
+        series (service, agent, base method), so they match ``increase(...[window])`` when both
+        count the same verdicts (``alerting.count_undecided``)."""
+        self._ensure_schema()
         until = time.time() if now is None else now
         since = until - window_seconds
         buckets = max(1, min(buckets, 240))
@@ -470,7 +535,14 @@ class BlameStore:
             failures.c.attributed_at_ms <= int(until * 1000),
             failures.c.source == "",
         )
+        left_out = 0
         with self.engine.connect() as connection:
+            if not count_undecided:
+                undecided = failures.c.decided == false()
+                left_out = connection.execute(
+                    select(func.count()).select_from(failures).where(*in_window, undecided)
+                ).scalar_one()
+                in_window = (*in_window, failures.c.decided == true())
             grouped = connection.execute(
                 select(
                     failures.c.service,
@@ -500,7 +572,7 @@ class BlameStore:
                         failures.c.service == service,
                         failures.c.agent == agent,
                         failures.c.attributed_at_ms == last,
-                        failures.c.source == "",
+                        *in_window,
                     )
                     .limit(1)
                 ).scalar_one_or_none()
@@ -536,6 +608,8 @@ class BlameStore:
             since=since,
             until=until,
             total=sum(c.count for c in culprits),
+            undecided_counted=count_undecided,
+            undecided=int(left_out),
             culprits=culprits,
             bucket_seconds=bucket_ms / 1000,
             bucket_starts=[since + i * bucket_ms / 1000 for i in range(buckets)],

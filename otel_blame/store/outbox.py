@@ -37,10 +37,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     agent TEXT NOT NULL,
     method TEXT NOT NULL,
     fallback INTEGER NOT NULL,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    decided INTEGER NOT NULL DEFAULT 1
 )
 """
-_INSERT = "INSERT INTO outbox (service, agent, method, fallback, record) VALUES (?, ?, ?, ?, ?)"
+_INSERT = "INSERT INTO outbox (service, agent, method, fallback, record, decided) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class BlameOutbox:
@@ -55,6 +56,9 @@ class BlameOutbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # as the write-ahead log: on disk before we go on
         self._db.execute(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(outbox)")}
+        if "decided" not in columns:  # an outbox written before blame.decided: its blames were decided
+            self._db.execute("ALTER TABLE outbox ADD COLUMN decided INTEGER NOT NULL DEFAULT 1")
         self._bytes = int(
             self._db.execute("SELECT COALESCE(SUM(LENGTH(record)), 0) FROM outbox").fetchone()[0]
         )
@@ -69,10 +73,11 @@ class BlameOutbox:
         rows = []
         for run in runs:
             labels = culprit_labels(run.service, run.agent, run.method)
+            record = run.model_dump_json()
             rows.append(
-                (labels.service, labels.agent, labels.method, int(labels.fallback), run.model_dump_json())
+                (labels.service, labels.agent, labels.method, int(labels.fallback), record, int(run.decided))
             )
-        size = sum(len(row[-1]) for row in rows)
+        size = sum(len(row[4]) for row in rows)
         with self._lock:
             if self._bytes + size > self.max_bytes:
                 return False
@@ -115,11 +120,13 @@ class BlameOutbox:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
 
-    def blame_series(self) -> list[BlameSeries]:
-        """The waiting blames as culprit counts (labels as the store counts them)."""
+    def blame_series(self, count_undecided: bool = False) -> list[BlameSeries]:
+        """The waiting blames as culprit counts (labels as the store counts them): the decided ones,
+        or all with ``count_undecided``."""
+        which = "" if count_undecided else "WHERE decided = 1 "
         with self._lock:
             rows = self._db.execute(
-                "SELECT service, agent, method, COUNT(*), SUM(fallback) FROM outbox "
+                f"SELECT service, agent, method, COUNT(*), SUM(fallback) FROM outbox {which}"
                 "GROUP BY service, agent, method ORDER BY MIN(id)"
             ).fetchall()
         return [BlameSeries(s, a, m, int(n), int(f)) for s, a, m, n, f in rows]
@@ -188,7 +195,8 @@ class DurableBlameWriter:
                     self._waiting = True
                     self._wake.set()
                 else:
-                    self.unkept.add(culprit_labels(run.service, run.agent, run.method))
+                    if self.count_as.counts(run):
+                        self.unkept.add(culprit_labels(run.service, run.agent, run.method))
                     unkept.append(run.trace_id)
         log.error(
             "blame outbox full or unwritable: the blames of %d trace(s), %s first, are not kept",
@@ -248,7 +256,7 @@ class DurableBlameWriter:
                 self._stored = self.store.blame_counters(self.count_as.replica)
             except Exception as error:
                 self._warn(f"cannot read the culprit counters ({error}); serving the last counts")
-            waiting = self.outbox.blame_series()
+            waiting = self.outbox.blame_series(self.count_as.count_undecided)
         return merge_series(self._stored, waiting, self.unkept.blame_series())
 
     def close(self) -> None:

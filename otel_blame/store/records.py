@@ -27,6 +27,11 @@ class FailureSummary(_Model):
     agent: str
     step: int
     confidence: float
+    decided: bool = Field(
+        default=True,
+        description="the evidence supports the verdict (blame.decided); false: a ranked guess, shown as "
+        "'Undecided: …' and not counted among culprits by default. True in records kept before it existed",
+    )
     reason: str
     method: str
     model: str | None = None
@@ -68,7 +73,8 @@ class FailurePage(_Model):
 
 
 class CulpritCount(_Model):
-    """How often one agent of one service was blamed in the window (all methods, then per method)."""
+    """How often one agent of one service was blamed in the window (all methods, then per method);
+    decided verdicts only unless the report says ``undecided_counted``."""
 
     service: str
     agent: str
@@ -89,6 +95,12 @@ class CulpritReport(_Model):
     since: float
     until: float
     total: int
+    undecided_counted: bool = Field(
+        default=False, description="undecided verdicts are counted too (else decided verdicts only)"
+    )
+    undecided: int = Field(
+        default=0, description="undecided verdicts in the window that are not counted in ``total``"
+    )
     culprits: list[CulpritCount] = Field(description="most blamed first")
     bucket_seconds: float
     bucket_starts: list[float]
@@ -142,6 +154,7 @@ def build_run(
         agent=attribution.agent,
         step=attribution.step,
         confidence=attribution.confidence,
+        decided=attribution.decided,
         reason=attribution.reason,
         method=attribution.method,
         model=attribution.model,

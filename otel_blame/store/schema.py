@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Float,
     Index,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    true,
 )
 
 metadata = MetaData()
@@ -29,6 +31,14 @@ failures = Table(
     Column("agent", String(256), nullable=False),
     Column("step", Integer, nullable=False),
     Column("confidence", Float, nullable=False),
+    Column(
+        "decided",
+        Boolean,
+        nullable=False,
+        default=True,
+        server_default=true(),
+        doc="blame.decided: the evidence supports the verdict (true in rows kept before it existed)",
+    ),
     Column("reason", Text, nullable=False),
     Column("method", String(256), nullable=False),
     Column("method_base", String(128), nullable=False, doc="the method label the metrics use"),

@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 
 from otel_blame.attribution.base import AttributionError
 from otel_blame.attribution.decision import BlameDecision, blame_decision
+from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
 from otel_blame.loaders import SavedRun
 from otel_blame.store.blame_store import BlameStore
@@ -48,6 +49,7 @@ from otel_blame.ui.uploads import (
 from otel_blame.ui.views import (
     WINDOWS,
     agent_class,
+    colour_classes,
     culprits_plot,
     format_ago,
     format_time,
@@ -55,6 +57,7 @@ from otel_blame.ui.views import (
     parse_duration,
     run_view,
     shorten,
+    verdict_sentence,
 )
 
 log = logging.getLogger(__name__)
@@ -130,6 +133,7 @@ class BlameUI:
         self.templates.filters["pct"] = lambda value: f"{100 * float(value):.0f}%"
         self.templates.filters["agent_class"] = agent_class
         self.templates.filters["shorten"] = shorten
+        self.templates.tests["same_agent"] = same_agent
 
     # --- wiring -------------------------------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class BlameUI:
         unknown = {
             key: filters[key]
             for key, known in (("agent", "agents"), ("service", "services"), ("method", "methods"))
-            if filters[key] and filters[key] not in choices[known]
+            if filters[key] and not _among(key, filters[key], choices[known])
         }
         return self._render(
             request,
@@ -307,19 +311,32 @@ class BlameUI:
             active="attribute" if run.source else "failures",
             run=run,
             step=run.trajectory.steps[index],
-            colour_class=agent_class(run.trajectory.steps[index].agent),
+            colour_class=colour_classes(run.trajectory.agents)[run.trajectory.steps[index].agent],
         )
+
+    def _count_undecided(self, request: Request) -> bool:
+        """``?undecided=1`` counts undecided verdicts among culprits, ``0`` does not; else the setting."""
+        raw = request.query_params.get("undecided", "").strip().lower()
+        if raw in ("", None):
+            return self.settings.count_undecided
+        if raw in ("1", "true", "yes", "on"):
+            return True
+        if raw in ("0", "false", "no", "off"):
+            return False
+        raise BadQuery(f"undecided={raw!r}: expected 1 (count undecided verdicts too) or 0")
 
     async def culprits_page(self, request: Request) -> Response:
         window_text = request.query_params.get("window") or "1h"
         window = _window(window_text)
-        report = await run_in_threadpool(self.store.culprits, window)
+        count_undecided = self._count_undecided(request)
+        report = await run_in_threadpool(self.store.culprits, window, count_undecided=count_undecided)
         return self._render(
             request,
             "culprits.html",
             active="culprits",
             report=report,
             plot=culprits_plot(report),
+            count_undecided=count_undecided,
             window=window_text,
             windows=list(WINDOWS),
         )
@@ -346,7 +363,7 @@ class BlameUI:
             data, name = await upload_file_text(upload, self.settings.max_upload_bytes)
             if not data.strip():  # no file chosen: the pasted text
                 data, name = str(form.get("text") or "").encode("utf-8"), "the pasted trace"
-            text = decode_text(data, name)
+            text = decode_text(data, name, self.settings.max_upload_bytes)
             saved = await run_in_threadpool(parse_upload, text, name)
             assume_failed = form.get("assume_failed") in ("yes", "on", "true", "1")
             context["assume_failed"] = assume_failed
@@ -425,7 +442,8 @@ class BlameUI:
     ) -> tuple[StoredRun | None, bool]:
         """Attribute an uploaded run when the one decision (or ``assume_failed``) says to blame it,
         and keep the verdict in the store under an id made from the file and the method, so the same
-        upload has the same link. (None, False): not blamed; (run, False): blamed but not kept."""
+        upload has the same link; the same content uploaded again keeps the name it was first
+        uploaded under. (None, False): not blamed; (run, False): blamed but not kept."""
         trajectory = saved.trajectory
         if not (blame_decision(trajectory).blame or assume_failed):
             return None, False
@@ -434,12 +452,13 @@ class BlameUI:
             attribution = method.attribute(trajectory.model_copy(update={"outcome": Outcome.FAILURE}))
         except AttributionError as error:
             raise UploadError(422, f"{method_name} could not attribute {source}: {error}") from None
+        trace_id = upload_id(text, method_name)
         run = build_run(
             trajectory,
             attribution,
-            trace_id=upload_id(text, method_name),
+            trace_id=trace_id,
             service="",
-            source=f"upload: {source}",
+            source=self._first_source(trace_id) or f"upload: {source}",
             annotation=saved.annotation,
         )
         try:
@@ -449,6 +468,14 @@ class BlameUI:
             log.warning("blame store: cannot keep the upload %s (%s)", source, why)
             return run, False
         return run, True
+
+    def _first_source(self, trace_id: str) -> str | None:
+        """The name an upload with this id was first kept under, or None (new, or unreadable store)."""
+        try:
+            earlier = self.store.run(trace_id)
+        except Exception:  # the store is down: the upload is named as posted
+            return None
+        return earlier.source if earlier is not None and earlier.source else None
 
     # --- API ----------------------------------------------------------------------------------------
 
@@ -475,7 +502,10 @@ class BlameUI:
     async def api_culprits(self, request: Request) -> Response:
         window = _window(request.query_params.get("window"))
         buckets = _int(request, "buckets", 24, 1, 240)
-        report = await run_in_threadpool(self.store.culprits, window, buckets=buckets)
+        count_undecided = self._count_undecided(request)
+        report = await run_in_threadpool(
+            self.store.culprits, window, buckets=buckets, count_undecided=count_undecided
+        )
         return JSONResponse(report.model_dump(mode="json"))
 
     async def api_attribute(self, request: Request) -> Response:
@@ -490,9 +520,9 @@ class BlameUI:
             if upload is None:
                 raise UploadError(400, "multipart upload without a 'file' field")
             data, name = await upload_file_text(upload, self.settings.max_upload_bytes)
-        else:
-            data, name = body, "the request body"
-        text = decode_text(data, name)
+        else:  # ?name= names a file posted as the body (curl --data-binary @run.json)
+            data, name = body, request.query_params.get("name", "").strip()[:200] or "the request body"
+        text = decode_text(data, name, self.settings.max_upload_bytes)
         saved = await run_in_threadpool(parse_upload, text, name)
         assume_failed = request.query_params.get("assume_failed", "").lower() in ("1", "true", "yes")
         decision = blame_decision(saved.trajectory)
@@ -504,7 +534,8 @@ def attribute_answer(
     saved: SavedRun, decision: BlameDecision, run: StoredRun | None, kept: bool
 ) -> dict[str, Any]:
     """``POST /api/attribute``'s answer: the decision, and the blame when there is one (its link when
-    kept); a run that is not blamed has no agent, step, reason or scores."""
+    kept); a run that is not blamed has no agent, step, reason or scores. ``verdict`` is the line every
+    surface shows: ``coder at step 2``, or ``Undecided: coder at step 2 or planner at step 1``."""
     trajectory = saved.trajectory
     answer: dict[str, Any] = {
         "blamed": run is not None,
@@ -512,6 +543,8 @@ def attribute_answer(
         "agent": None,
         "step": None,
         "confidence": None,
+        "decided": None,
+        "verdict": None,
         "reason": None,
         "category": None,
         "dependency": None,
@@ -533,6 +566,8 @@ def attribute_answer(
             agent=run.agent,
             step=run.step,
             confidence=run.confidence,
+            decided=run.decided,
+            verdict=verdict_sentence(run),
             reason=run.reason,
             category=run.category,
             dependency=run.dependency,
@@ -545,6 +580,13 @@ def attribute_answer(
             url=f"/ui/runs/{run.trace_id}" if kept else None,
         )
     return answer
+
+
+def _among(key: str, value: str, known: list[str]) -> bool:
+    """Whether a filter value names one of the stored values (agents: case and spaces aside)."""
+    if key == "agent":
+        return any(same_agent(value, agent) for agent in known)
+    return value in known
 
 
 def upload_id(text: str, method: str) -> str:

@@ -43,6 +43,7 @@ def attach_blame_ui(config: Any, listeners: list[Any], http_routes: list[Any], m
             tempo_url_template=config.ui.tempo_url_template,
             max_upload_bytes=config.ui.max_upload_bytes,
             secure_cookies=config.ui.secure_cookies,
+            count_undecided=config.alerting.count_undecided,
             **({"max_agents": metrics.max_agents} if metrics is not None else {}),
         )
     except Exception as error:  # an unreachable database, a bad URL, an unwritable file

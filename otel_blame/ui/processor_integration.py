@@ -138,18 +138,20 @@ def processor_ui(
     max_upload_bytes: int | None = None,
     secure_cookies: bool = False,
     max_agents: int = 500,
+    count_undecided: bool = False,
 ) -> ProcessorUI:
     """Open the store the configuration names (SQLite next to the WAL by default) and build the UI."""
     store = open_store(store_config, wal_dir=wal_dir)
     settings = UISettings(
         auth_token=auth_token,
         secure_cookies=secure_cookies,
+        count_undecided=count_undecided,
         jaeger_url_template=jaeger_url_template,
         tempo_url_template=tempo_url_template,
         llm=llm if llm is not None and (llm.base_url or llm.api_key) else None,
         **({"max_upload_bytes": max_upload_bytes} if max_upload_bytes else {}),
     )
-    count_as = CountAs(store_config.replica_name(), max_agents)
+    count_as = CountAs(store_config.replica_name(), max_agents, count_undecided)
     log.info(
         "blame store: %s; web UI on /ui/, API on /api/; culprit counters of replica %r",
         store.dialect,

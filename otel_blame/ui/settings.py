@@ -27,6 +27,11 @@ class UISettings(BaseModel):
     )
     secure_cookies: bool = Field(default=False, description="mark cookies Secure (serve the UI over HTTPS)")
     session_seconds: int = Field(default=12 * 3600, gt=0, description="how long a sign-in lasts")
+    count_undecided: bool = Field(
+        default=False,
+        description="the culprits page and /api/culprits count undecided verdicts too by default "
+        "(`serve`: alerting.count_undecided); ?undecided=1 or 0 overrides it per request",
+    )
 
     def trace_links(self, trace_id: str) -> list[tuple[str, str]]:
         """(label, URL) for each configured trace viewer."""

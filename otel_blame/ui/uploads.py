@@ -8,7 +8,7 @@ from __future__ import annotations
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-from otel_blame.loaders import SavedRun, TrajectoryFormatError, parse_saved_run
+from otel_blame.loaders import GZIP_MAGIC, SavedRun, TrajectoryFormatError, decode_bytes, parse_saved_run
 
 
 class UploadError(Exception):
@@ -51,18 +51,20 @@ async def replayed_request(request: Request, body: bytes) -> Request:
     return Request(request.scope, receive)
 
 
-def decode_text(data: bytes, name: str) -> str:
-    """Trace files are UTF-8 JSON text; anything else is refused with a reason."""
+# a gzipped upload may expand to this many times the upload limit, and no more (a bound on a gzip bomb)
+GUNZIP_RATIO = 16
+
+
+def decode_text(data: bytes, name: str, max_upload_bytes: int) -> str:
+    """Trace files are UTF-8 JSON text, gzipped or not; anything else is refused with a reason."""
     if not data.strip():
         raise UploadError(400, f"{name} is empty: upload or paste a trace (JSON)")
-    if b"\x00" in data[:65536]:
+    if not data.startswith(GZIP_MAGIC) and b"\x00" in data[:65536]:
         raise UploadError(415, f"{name} is a binary file; expected JSON text (a conversation or OTLP JSON)")
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise UploadError(
-            415, f"{name} is not UTF-8 text (byte {error.start} cannot be decoded); expected JSON text"
-        ) from None
+        return decode_bytes(data, name, max_gunzipped=GUNZIP_RATIO * max_upload_bytes)
+    except TrajectoryFormatError as error:
+        raise UploadError(415, str(error)) from None
 
 
 def parse_upload(text: str, name: str) -> SavedRun:

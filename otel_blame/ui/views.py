@@ -10,16 +10,19 @@ from functools import cached_property
 
 from markupsafe import Markup, escape
 
-from otel_blame.attribution.decision import BlameDecision
+from otel_blame.attribution.decision import BlameDecision, undecided_parts, undecided_sentence
+from otel_blame.attribution.known_answer import compare
 from otel_blame.loaders import Annotation
 from otel_blame.store.records import CulpritReport, StoredRun
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
-# Distinct on white and for the common colour-vision deficiencies (Okabe-Ito, then Tableau and
-# more); ui.css has one class per entry (.c0 ... .c15) with the same colours.
+# Twelve hues chosen to be told apart: every pair at least 15 apart in CIEDE2000, none near the
+# culprit red or the "other agents" grey, each dark enough for the white text of an agent chip
+# (contrast >= 3); tests/ui/test_layout.py checks all three. ui.css has one class per entry (.c0 ...
+# .c11) with the same colours.
 PALETTE = (
-    "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#7a5195", "#8c6d31",
-    "#2f4b7c", "#5f9e6e", "#b07aa1", "#9c755f", "#4e79a7", "#e15759", "#76b7b2", "#bcbd22",
+    "#0072b2", "#689310", "#e84b89", "#6f3f1b", "#75268e", "#16562e",
+    "#009690", "#bf7509", "#a06edd", "#901c40", "#666023", "#3c487f",
 )  # fmt: skip
 OTHERS_COLOUR = "#9aa0a6"
 PREVIEW_CHARS = 1500
@@ -30,13 +33,27 @@ QUIET_RUN = 4  # ... and this many of them in a row collapse into one line
 
 
 def agent_class(agent: str) -> int:
-    """The agent's colour class, from its name alone: the same agent has the same colour on every
-    page and in every run (two agents may share one; their names and lanes tell them apart)."""
+    """The agent's preferred colour class, from its name alone, so an agent keeps its colour from
+    page to page and run to run unless another agent of the same run got that colour first."""
     return zlib.crc32(agent.encode("utf-8")) % len(PALETTE)
 
 
-def agent_colour(agent: str) -> str:
-    return PALETTE[agent_class(agent)]
+def colour_classes(agents: list[str]) -> dict[str, int]:
+    """A colour class per agent, in the order given (a run's lane order), no two the same while the
+    palette lasts: each agent gets its preferred class (:func:`agent_class`), or the next free one."""
+    taken: set[int] = set()
+    classes: dict[str, int] = {}
+    for agent in agents:
+        if agent in classes:
+            continue
+        preferred = agent_class(agent)
+        free = [(preferred + shift) % len(PALETTE) for shift in range(len(PALETTE))]
+        chosen = next((cls for cls in free if cls not in taken), preferred)
+        classes[agent] = chosen
+        taken.add(chosen)
+        if len(taken) == len(PALETTE):
+            taken.clear()  # more agents than colours: repeat the palette
+    return classes
 
 
 def heat_colour(score: float) -> str:
@@ -159,13 +176,14 @@ class Annotated:
     quality: str  # good, partial, bad, none
 
 
-def strip_svg(marks: list[StripMark]) -> Markup:
+def strip_svg(marks: list[StripMark], heat: bool = True) -> Markup:
     """The overview strip's marks as SVG, built here rather than in the template: a 1,000-step run
-    has 1,000 of them, and one f-string each is several times faster than a template loop."""
+    has 1,000 of them, and one f-string each is several times faster than a template loop. Without
+    ``heat`` (a run nothing was blamed in) the strip is the agents' colours alone."""
     parts = []
     for m in marks:
         classes = "mark" + (" is-culprit" if m.culprit else "") + (" is-candidate" if m.candidate else "")
-        heat = m.heat if m.share > 0 else "#eceff3"
+        shade = m.heat if m.share > 0 else "#eceff3"
         if m.culprit:
             under = f'<rect class="culprit-mark" x="{m.x}" y="24" width="1" height="6" fill="#d7301f"/>'
         elif m.candidate:
@@ -174,11 +192,12 @@ def strip_svg(marks: list[StripMark]) -> Markup:
             under = f'<rect class="annotated-mark" x="{m.x}" y="25" width="1" height="5" fill="#1f4fd1"/>'
         else:
             under = ""
+        lower = f'<rect x="{m.x}" y="11" width="1" height="13" fill="{shade}"/>' if heat else ""
         parts.append(
             f'<a href="#step-{m.index}" class="{classes}" data-step="{m.index}">'
             f"<title>{escape(m.title)}</title>"
-            f'<rect x="{m.x}" y="0" width="1" height="10" fill="{m.colour}"/>'
-            f'<rect x="{m.x}" y="11" width="1" height="13" fill="{heat}"/>{under}</a>'
+            f'<rect x="{m.x}" y="0" width="1" height="{10 if heat else 24}" fill="{m.colour}"/>'
+            f"{lower}{under}</a>"
         )
     return Markup("".join(parts))
 
@@ -196,6 +215,14 @@ def rails(agents: list[tuple[str, int]]) -> list[Markup]:
     ]
 
 
+def verdict_sentence(run: StoredRun) -> str:
+    """The verdict's line on every surface: ``coder at step 2``, or, when the evidence did not decide
+    it, ``Undecided: coder at step 2 or planner at step 1``."""
+    if run.decided:
+        return f"{run.agent} at step {run.step}"
+    return undecided_sentence(run.candidates, run.agent, run.step)
+
+
 @dataclass
 class RunView:
     trajectory: Trajectory
@@ -208,18 +235,38 @@ class RunView:
     top_score: float
     ranked: list[tuple[int, str, float]] = field(default_factory=list)  # (step, agent, score)
     annotation: Annotated | None = None
+    colours: dict[str, int] = field(default_factory=dict)  # agent -> colour class, none shared
 
     @cached_property
     def strip_marks(self) -> Markup:
-        return strip_svg(self.strip)
+        return strip_svg(self.strip, heat=self.run is not None)
 
     @cached_property
     def rails(self) -> list[Markup]:
         return rails(self.agents)
 
     @property
+    def decided(self) -> bool:
+        """A culprit is named: blamed, and the evidence decided it."""
+        return self.run is not None and self.run.decided
+
+    @property
     def culprit_class(self) -> int:
-        return agent_class(self.run.agent) if self.run is not None else 0
+        return self.colour_of(self.run.agent) if self.run is not None else 0
+
+    def colour_of(self, agent: str) -> int:
+        return self.colours.get(agent, agent_class(agent))
+
+    @property
+    def undecided(self) -> list[tuple[str | None, int, int]]:
+        """The undecided sentence in parts: (agent, or None when the same as the part before, step,
+        colour class), as :func:`~otel_blame.attribution.decision.undecided_sentence` words it."""
+        if self.run is None or self.run.decided:
+            return []
+        return [
+            (agent, step, self.colour_of(agent if agent is not None else self.run.agent))
+            for agent, step in undecided_parts(self.run.candidates, self.run.agent, self.run.step)
+        ]
 
 
 def _groups(steps: list[StepView]) -> list[StepGroup]:
@@ -253,12 +300,18 @@ def run_view(
 ) -> RunView:
     """What the run page shows: every step with its lane, colour and heat (relative to the run's top
     score, so a run whose best suspect scores 0.08 still shows where blame sits), the overview strip,
-    the collapsed runs of unremarkable steps, and the known answer when the file carries one."""
+    the collapsed runs of unremarkable steps, and the known answer when the file carries one.
+
+    Only a decided verdict marks a culprit; an undecided one marks its candidates. A run nothing was
+    blamed in (it succeeded, or its outcome is unknown) shows no heat and no mark on any step: its
+    known answer is plain text on the page."""
     lanes = {agent: position for position, agent in enumerate(trajectory.agents)}
+    colours = colour_classes(list(lanes))
     scores = run.scores if run is not None else []
     top = max(scores, default=0.0)
     ranks = {c.step: rank for rank, c in enumerate(run.candidates, start=1)} if run is not None else {}
-    known_step = annotation.step if annotation is not None else None
+    decided = run is not None and run.decided
+    known_step = annotation.step if annotation is not None and run is not None else None
     steps = []
     for step in trajectory.steps:
         score = scores[step.index] if step.index < len(scores) else 0.0
@@ -267,14 +320,14 @@ def run_view(
             StepView(
                 step=step,
                 lane=lanes[step.agent],
-                colour_class=agent_class(step.agent),
-                colour=agent_colour(step.agent),
+                colour_class=colours[step.agent],
+                colour=PALETTE[colours[step.agent]],
                 kind=kind_label(step),
                 role=display_role(step),
                 score=score,
                 share=share,
                 heat=heat_colour(share),
-                culprit=run is not None and step.index == run.step,
+                culprit=decided and run is not None and step.index == run.step,
                 candidate=ranks.get(step.index),
                 annotated=known_step == step.index,
                 preview=step.content[:PREVIEW_CHARS],
@@ -298,7 +351,8 @@ def run_view(
             colour=view.colour,
             heat=view.heat,
             share=view.share,
-            title=f"step {view.step.index} · {view.step.agent} · score {view.score:.2f}"
+            title=f"step {view.step.index} · {view.step.agent}"
+            + (f" · score {view.score:.2f}" if run is not None else "")
             + (" · culprit" if view.culprit else "")
             + (f" · candidate {view.candidate}" if view.candidate and not view.culprit else "")
             + (" · the known answer" if view.annotated else ""),
@@ -321,13 +375,14 @@ def run_view(
         trajectory=trajectory,
         decision=decision,
         run=run,
-        agents=[(agent, agent_class(agent)) for agent in lanes],
+        agents=[(agent, colours[agent]) for agent in lanes],
         steps=steps,
         groups=groups,
         strip=strip,
         top_score=top,
         ranked=ranked,
         annotation=annotated,
+        colours=colours,
     )
 
 
@@ -335,15 +390,7 @@ def compare_with_annotation(annotation: Annotation, run: StoredRun | None) -> tu
     """How the verdict compares with the known answer, in the CLI's words."""
     if run is None:
         return "", "none"
-    agent_ok = annotation.agent is not None and annotation.agent == run.agent
-    step_ok = annotation.step is not None and annotation.step == run.step
-    if agent_ok and step_ok:
-        return "agent and step match", "good"
-    if agent_ok:
-        return "agent matches, step does not", "partial"
-    if step_ok:
-        return "step matches, agent does not", "partial"
-    return "does not match", "bad"
+    return compare(annotation.agent, annotation.step, run.agent, run.step)
 
 
 @dataclass
@@ -364,6 +411,7 @@ class Plot:
     y_ticks: list[tuple[float, int]]  # (y, value)
     x_ticks: list[tuple[float, str]]  # (x, label)
     legend: list[tuple[str, str, int]]  # (label, colour, count)
+    classes: dict[str, int]  # colour class of each agent drawn in its own colour (none shared)
     left: int
     bottom: int
     right: int
@@ -381,19 +429,21 @@ def _nice_max(value: int) -> int:
     return value
 
 
-def culprits_plot(report: CulpritReport, top: int = 6, width: int = 760, height: int = 240) -> Plot:
-    """Stacked bars of blames per time bucket, one colour per agent (the top ``top``, then others)."""
+def culprits_plot(report: CulpritReport, top: int = 6, width: int = 500, height: int = 220) -> Plot:
+    """Stacked bars of blames per time bucket, one colour per agent (the top ``top``, then others).
+    Drawn at its own size in CSS pixels (never scaled down), so its labels stay 12 px."""
     left, right, top_margin, bottom = 40, 10, 10, 26
     buckets = len(report.bucket_starts)
     named = report.series[:top]
     rest = report.series[top:]
+    classes = colour_classes([s.agent for s in named])
     layers: list[tuple[str, str, list[int]]] = [
-        (f"{s.agent}" + (f" ({s.service})" if s.service else ""), agent_colour(s.agent), s.counts)
+        (f"{s.agent}" + (f" ({s.service})" if s.service else ""), PALETTE[classes[s.agent]], s.counts)
         for s in named
     ]
     if rest:
         summed = [sum(s.counts[i] for s in rest) for i in range(buckets)]
-        layers.append((f"{len(rest)} other agents", OTHERS_COLOUR, summed))
+        layers.append((f"{len(rest)} other agent{'' if len(rest) == 1 else 's'}", OTHERS_COLOUR, summed))
     totals = [sum(layer[2][i] for layer in layers) for i in range(buckets)]
     y_max = _nice_max(max(totals, default=0))
     inner_w = width - left - right
@@ -434,6 +484,7 @@ def culprits_plot(report: CulpritReport, top: int = 6, width: int = 760, height:
         y_ticks=y_ticks,
         x_ticks=x_ticks,
         legend=legend,
+        classes=classes,
         left=left,
         bottom=height - bottom,
         right=width - right,

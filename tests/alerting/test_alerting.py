@@ -24,6 +24,7 @@ def _blame(agent: str, method: str = "heuristic", tokens: int = 0) -> Attributio
         confidence=0.5,
         reason="r",
         method=method,
+        decided=True,
         cost=Cost(input_tokens=tokens, seconds=0.25),
     )
 

@@ -1,7 +1,7 @@
 """Regression floors: the offline default may not drop more than a few points below its recorded
-figures (docs/benchmarks.md), on a fixed-seed demo campaign (real AG2 runs, scripted LLM, through
-the in-process processor) and on the Who&When dev split under fixed cross-validation folds; and the
-processor applies a calibration map to the confidence itself."""
+figures (docs/benchmarks.md) on a fixed-seed demo campaign (real AG2 runs, scripted LLM, through the
+in-process processor); and the processor applies a calibration map to the confidence itself. The floors
+on real failures are in tests/real_data (they need the data sets beside the repository)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,10 @@ from otel_blame.attribution.result import Attribution
 from otel_blame.cli import main
 from otel_blame.trajectory import Outcome, Task, Trajectory
 
-WHO_AND_WHEN = Path(__file__).resolve().parents[3] / "shared" / "who_and_when" / "dev"
-if not WHO_AND_WHEN.is_dir():  # a worktree beside main: ../shared from the repository's parent
-    WHO_AND_WHEN = Path(__file__).resolve().parents[4] / "shared" / "who_and_when" / "dev"
-
 # recorded figures (docs/benchmarks.md, "Attribution accuracy"): (agent, step) accuracy
 # (measured 2026-11-26 with the shipped model; the Who&When figure is this test's own CV: Who&When
 # alone, the campaigns not added to the training folds)
 DEMO_CAMPAIGN = {"runs": 24, "seed": 11, "agent": 1.0}
-WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.513, 0.303), "Hand-Crafted": (0.567, 0.167)}
-SLACK = 0.05  # "more than a few points below" fails
 DEMO_SLACK_RUNS = 2  # on 24 runs a point is a run: two runs of slack
 
 
@@ -53,20 +47,6 @@ def test_a_fixed_seed_demo_campaign_keeps_its_recorded_accuracy(monkeypatch: pyt
     report = json.loads(result.stdout)
     floor = DEMO_CAMPAIGN["agent"] - DEMO_SLACK_RUNS / report["scored"]
     assert report["agent_accuracy"] >= floor, report["by_fault_kind"]
-
-
-@pytest.mark.slow
-def test_who_and_when_dev_under_fixed_folds_keeps_its_recorded_accuracy() -> None:
-    if not WHO_AND_WHEN.is_dir():
-        pytest.skip(f"the Who&When dev split is not beside the repository ({WHO_AND_WHEN})")
-    pytest.importorskip("numpy")
-    from otel_blame.bench import ranker_fit
-
-    runs = ranker_fit.load_group(WHO_AND_WHEN)
-    measured = ranker_fit.accuracy(ranker_fit.cross_validate(runs, k=5, seed=0))
-    for subset, (agent, step) in WHO_AND_WHEN_CV.items():
-        _, got_agent, got_step = measured[subset]
-        assert got_agent >= agent - SLACK and got_step >= step - SLACK, (subset, measured[subset])
 
 
 class _Fixed:

@@ -1,10 +1,12 @@
-"""Contract C4: one decision, blame or not and why, from the Trajectory alone."""
+"""Contract C4: one decision, blame or not and why, from the Trajectory alone; and the sentences every
+surface shows for a run blamed anyway and for an undecided verdict."""
 
 from __future__ import annotations
 
 import pytest
 
-from otel_blame.attribution.decision import BlameDecision, blame_decision
+from otel_blame.attribution.decision import BlameDecision, blame_decision, undecided_sentence
+from otel_blame.attribution.result import Candidate
 from otel_blame.trajectory import Outcome, Trajectory
 
 
@@ -38,3 +40,38 @@ def test_a_failed_run_without_steps_has_nothing_to_blame() -> None:
     assert not decision.blame
     assert decision.outcome is Outcome.FAILURE
     assert "no agent steps" in decision.why
+
+
+def test_a_successful_run_that_gives_a_reason_is_not_blamed() -> None:
+    """The success branch that carries ``outcome_reason`` (an evaluator's "score 0.92 >= 0.8")."""
+    decision = blame_decision(_run(Outcome.SUCCESS, "evaluation score 0.92 >= 0.8"))
+    assert decision == BlameDecision(
+        blame=False,
+        outcome=Outcome.SUCCESS,
+        why="The run succeeded (evaluation score 0.92 >= 0.8): nothing to blame.",
+    )
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCESS, Outcome.UNKNOWN])
+def test_blamed_anyway_says_what_the_run_said_and_that_a_step_was_blamed(outcome: Outcome) -> None:
+    decision = blame_decision(_run(outcome))
+    said = decision.blamed_anyway()
+    assert "nothing" not in said and "blamed anyway, as if it had failed, as asked" in said
+    assert ("succeeded" in said) is (outcome is Outcome.SUCCESS)
+    assert ("outcome unknown" in said) is (outcome is Outcome.UNKNOWN)
+
+
+@pytest.mark.parametrize(
+    ("candidates", "said"),
+    [
+        ([("X", 3), ("Y", 7), ("Z", 9)], "Undecided: X at step 3 or Y at step 7"),
+        ([("X", 3), ("X", 7)], "Undecided: X at step 3 or step 7"),
+        ([], "Undecided: X at step 3 is the only candidate"),
+        ([("X", 3)], "Undecided: X at step 3 is the only candidate"),
+    ],
+)
+def test_an_undecided_verdict_names_its_two_best_candidates(candidates: list, said: str) -> None:
+    ranked = [
+        Candidate(step=step, agent=agent, score=0.5 - i / 10) for i, (agent, step) in enumerate(candidates)
+    ]
+    assert undecided_sentence(ranked, "X", 3) == said

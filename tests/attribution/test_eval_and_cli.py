@@ -13,6 +13,7 @@ from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.bench.evaluate import PredictionRecord, score_case, summarise
 from otel_blame.bench.who_and_when import load_case
 from otel_blame.cli import main
+from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 RECORD_FIELDS = [
     "file",
@@ -175,7 +176,8 @@ def test_eval_missing_dataset_layout_is_a_clear_error(tmp_path: Path):
     assert result.exit_code != 0 and "no Algorithm-Generated/Hand-Crafted/*.json logs" in result.output
 
 
-def test_attribute_command_text_and_json(dataset: Path):
+def test_attribute_command_text_and_json(dataset: Path, monkeypatch: pytest.MonkeyPatch):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     file = dataset / "Hand-Crafted" / "0.json"
     text = CliRunner().invoke(main, ["attribute", str(file)])
     assert text.exit_code == 0 and "agent:      Solver" in text.output and "step:       0" in text.output
@@ -264,7 +266,10 @@ def test_a_successful_run_is_reported_as_such_and_blamed_only_on_request(tmp_pat
     assert parsed["blamed"] and parsed["agent"] and parsed["outcome"] == "success"
 
 
-def test_an_unknown_outcome_is_not_blamed_without_assume_failed(tmp_path: Path):
+def test_an_unknown_outcome_is_not_blamed_without_assume_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     from otel_blame import semconv as sc
 
     file = _otlp_file(tmp_path, failed=True)
@@ -335,7 +340,10 @@ def test_blame_already_in_the_file_is_shown_not_recomputed(enriched_file: Path):
     assert again["recorded"] is False and (again["agent"], again["step"]) == (expected.agent, expected.step)
 
 
-def test_the_table_has_a_row_per_step_with_scores_and_marks_the_culprit(dataset: Path):
+def test_the_table_has_a_row_per_step_with_scores_and_marks_the_culprit(
+    dataset: Path, monkeypatch: pytest.MonkeyPatch
+):
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     result = CliRunner().invoke(
         main, ["attribute", str(dataset / "Hand-Crafted" / "1.json")], env={"COLUMNS": "120"}
     )
@@ -457,5 +465,49 @@ def test_every_registered_command_loads_and_every_option_says_what_it_does():
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 assert param.help, f"{name} {param.opts[0]} has no help text"
-                if isinstance(param.type, click.Choice):
-                    assert "[" + "|".join(param.type.choices) + "]" in help_text, (name, param.opts)
+                if isinstance(param.type, click.Choice):  # its names: in the metavar, or listed in the help
+                    listed = "[" + "|".join(param.type.choices) + "]" in help_text
+                    said = ", ".join(param.type.choices) in " ".join(help_text.split())
+                    assert listed or said, (name, param.opts)
+
+
+def _trail_dataset(root: Path) -> Path:
+    """A TRAIL-layout dataset of one span-tree trace: its page-down failure labelled HIGH, a plan LOW."""
+    import gzip
+
+    from tests.conventions import span_trees
+
+    tree = span_trees.gaia_run()
+    spans = span_trees.spans_of(tree)
+    page_down = next(s for s in spans if s["span_name"] == "PageDownTool")
+    plan_call = next(s for s in spans if s["span_name"] == "LiteLLMModel.__call__")
+    (root / "traces").mkdir(parents=True)
+    (root / "annotations").mkdir()
+    (root / "traces" / "gaia-1.json.gz").write_bytes(gzip.compress(json.dumps(tree).encode()))
+    errors = [
+        {"location": page_down["span_id"], "impact": "HIGH", "category": "Tool-related"},
+        {"location": plan_call["span_id"], "impact": "LOW", "category": "Formatting Errors"},
+    ]
+    (root / "annotations" / "gaia-1.json").write_text(json.dumps({"errors": errors}))
+    return root
+
+
+def test_eval_on_span_level_labels_scores_hits_beside_the_baselines(tmp_path: Path):
+    dataset = _trail_dataset(tmp_path / "trail")
+    out = tmp_path / "pred.jsonl"
+    result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines if line.split() and "gaia" in line}
+    assert set(rows) == {"ranker", "first_step", "last_step", "first_failed", "random"}
+    # the first failed step is the failed page-down: a HIGH-impact hit, and its agent and step
+    assert rows["first_failed"][3:] == ["100.0", "100.0", "100.0", "100.0", "100.0"]
+    # the first step is the manager's facts survey: labelled LOW, not HIGH
+    assert rows["first_step"][3:5] == ["100.0", "0.0"]
+    record = json.loads(out.read_text())
+    assert record["file"] == "gaia-1.json.gz" and record["decisive_agent"] == "search_agent"
+    assert all(len(line) <= 80 for line in lines if not line.startswith("predictions:"))
+    bad = CliRunner().invoke(
+        main, ["eval", "--dataset", str(dataset), "--subset", "swe_bench", "--out", str(out)]
+    )
+    assert bad.exit_code != 0 and "no traces of subset swe_bench" in bad.output

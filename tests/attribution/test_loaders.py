@@ -250,3 +250,22 @@ def test_who_and_when_layout_and_case_insensitive_annotation(tmp_path):
     write(tmp_path / "Hand-Crafted" / "11.json", {"history": []})
     with pytest.raises(TrajectoryFormatError, match="not a Who&When log"):
         load_case(tmp_path / "Hand-Crafted" / "11.json", tmp_path)
+
+
+def test_what_a_conversation_log_said_is_picked_up_its_answer_line_and_its_question(tmp_path):
+    from otel_blame.loaders import parse_trajectory
+
+    log = {
+        "question": "Background: a shop sells pens.\nHow many pens are left after selling 3 of 10?",
+        "question_ID": "0a1b2c3d-uuid",
+        "history": [
+            {"name": "Planner", "content": "Subtract the sold pens."},
+            {"name": "Solver", "content": "10 - 3 = 7.\nFINAL ANSWER: 7"},
+            {"name": "Checker", "content": "TERMINATE"},
+        ],
+    }
+    trajectory = parse_trajectory(json.dumps(log))
+    assert trajectory.task.final_output == "7"  # the last "FINAL ANSWER:" line of the last steps
+    assert trajectory.task.name == "How many pens are left after selling 3 of 10?"  # the question it asks
+    recorded = {**log, "final_answer": "8"}
+    assert parse_trajectory(json.dumps(recorded)).task.final_output == "8"  # a recorded answer wins

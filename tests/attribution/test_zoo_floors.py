@@ -12,7 +12,7 @@ app               runs  seed  scored  agent  step   faults
 ================  ====  ====  ======  =====  =====  =========================================
 customer_service    28     2       8  0.875  0.625  the app's own
 debate              40    11      10  0.700  0.700  the app's own
-orchestrator        28    11      10  0.900  0.600  terminate, tool_error, lost_context
+orchestrator        28    11      10  0.700  0.400  terminate, tool_error, lost_context
 supervisor          32    11      12  0.667  0.583  the app's own
 triage              20    11       9  0.889  0.889  the app's own
 ================  ====  ====  ======  =====  =====  =========================================
@@ -72,12 +72,12 @@ class Campaign(NamedTuple):
 RECORDED = {
     "customer_service": Campaign(runs=28, seed=2, scored=8, agent=7 / 8, step=5 / 8),
     "debate": Campaign(runs=40, seed=11, scored=10, agent=7 / 10, step=7 / 10),
-    "orchestrator": Campaign(
+    "orchestrator": Campaign(  # 9/10, 6/10 until real failures joined the fit (2026-11-28)
         runs=28,
         seed=11,
         scored=10,
-        agent=9 / 10,
-        step=6 / 10,
+        agent=7 / 10,
+        step=4 / 10,
         faults=("terminate", "tool_error", "lost_context"),
     ),
     "supervisor": Campaign(runs=32, seed=11, scored=12, agent=8 / 12, step=7 / 12),

@@ -29,7 +29,7 @@ def test_crewai_agents_are_roles_not_method_names_and_the_researcher_is_blamed(s
         ("Researcher", apps.FABRICATED),
         ("Writer", apps.ANSWER),
     ]
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
 
     # through the real processor: the recorded request as the Collector would send it, then a late verdict
     import grpc

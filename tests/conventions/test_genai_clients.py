@@ -1,6 +1,7 @@
 """LLM-client-only instrumentations with the plain OpenTelemetry API around the run: the contrib
 ``opentelemetry-instrumentation-openai-v2`` (content on spans or in log records) and Logfire. The
-agent is known only from each call's system prompt; without one, it is the service name, counted."""
+agent is known only from each call's system prompt; without one, it is the app span the call ran in
+(never the service name), counted."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_openai_v2_agents_from_system_prompts_and_blame(openai_v2, mode, sink, m
         ("Writer", apps.ANSWER),
     ]
     assert all(s.agent != "chat scripted-model" for s in trajectory.steps)
-    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
+    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_unnamed == 0
     if mode == "SPAN_ONLY":  # the processor receives spans only here
         culprit = blame_through_processor(make_processor(), sink, spans)
         assert culprit["attributes"][sc.BLAME_AGENT] == "Researcher"
@@ -68,14 +69,15 @@ def test_openai_v2_agents_from_system_prompts_and_blame(openai_v2, mode, sink, m
         assert culprit["name"] == "chat scripted-model"
 
 
-def test_no_agent_anywhere_falls_back_to_the_service_name_and_says_so(openai_v2) -> None:  # noqa: ANN001
+def test_no_agent_anywhere_names_the_app_span_never_the_service_and_says_so(openai_v2) -> None:  # noqa: ANN001
     capture, _ = openai_v2("SPAN_ONLY")
     anonymous = dict.fromkeys(apps.AGENTS, "Be brief.")
     with ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
         apps.plain_app(llm.base_url, capture.provider.get_tracer("app"), prompts=anonymous)
     built = capture.built()
-    assert [s.agent for s in built.trajectory.steps] == [SERVICE] * 3
-    assert built.notes.agent_from_service == 3 and built.notes.service == SERVICE
+    # the calls ran in the app's "answer_question" span: that is where a person would look
+    assert [s.agent for s in built.trajectory.steps] == ["answer_question"] * 3
+    assert built.notes.agent_unnamed == 3 and built.notes.service == SERVICE
 
 
 def _logfire_run(tmp_path: Path, with_openai_v2: bool = False) -> ExportTraceServiceRequest:
@@ -110,7 +112,7 @@ def test_logfire_openai_spans_agents_from_system_prompts_and_blame(tmp_path, sin
         ("Researcher", apps.FABRICATED),
         ("Writer", apps.ANSWER),
     ]
-    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
+    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_unnamed == 0
     processor = make_processor()
     with grpc.insecure_channel(processor.grpc_endpoint) as channel:
         TraceServiceStub(channel).Export(request, timeout=10)

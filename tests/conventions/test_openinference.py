@@ -44,9 +44,9 @@ def test_langgraph_nodes_name_the_agents_and_the_researcher_is_blamed(
         ("writer", StepKind.MESSAGE, apps.ANSWER),
     ]
     assert trajectory.outcome == Outcome.FAILURE and "WrongAnswer" in (trajectory.outcome_reason or "")
-    assert trajectory.task.name == "population_graph"
+    assert trajectory.task.name == apps.QUESTION  # named from its input, not the root span
     assert trajectory.task.input == apps.QUESTION  # from the serialised LangGraph state
-    assert built.notes.agent_from_service == 0
+    assert built.notes.agent_unnamed == 0
 
     spans = langchain_instrumented.spans()
     culprit = blame_through_processor(make_processor(), sink, spans)
@@ -117,16 +117,22 @@ def test_openai_agents_handoffs_name_the_agents_and_a_late_verdict_blames_the_re
     assert result.final_output == apps.ANSWER
     spans = openai_agents_instrumented.spans()
     trajectory = openai_agents_instrumented.built().trajectory
-    # one step per agent turn (its AGENT span, content from its generation); the handoff tool
-    # spans repeat the transfer call the turn already shows
-    assert [s.agent for s in trajectory.steps] == list(apps.AGENTS)
-    assert [s.content.splitlines()[0] for s in trajectory.steps] == [apps.PLAN, apps.FABRICATED, apps.ANSWER]
-    assert {s.name for s in spans if s.context.span_id == int(trajectory.steps[1].span_id, 16)} == {
-        "researcher"
+    # each agent's generation is its step, each handoff a tool step of the agent that handed off
+    assert [(s.agent, s.kind, s.tool_name) for s in trajectory.steps] == [
+        ("planner", StepKind.MESSAGE, None),
+        ("planner", StepKind.TOOL, "handoff to researcher"),
+        ("researcher", StepKind.MESSAGE, None),
+        ("researcher", StepKind.TOOL, "handoff to writer"),
+        ("writer", StepKind.MESSAGE, None),
+    ]
+    messages = [s.content.splitlines()[0] for s in trajectory.steps if s.kind == StepKind.MESSAGE]
+    assert messages == [apps.PLAN, apps.FABRICATED, apps.ANSWER]
+    assert {s.name for s in spans if s.context.span_id == int(trajectory.steps[2].span_id, 16)} == {
+        "generation"
     }
     answer = send_then_verdict(make_processor(), sink, spans)
     assert answer["status"] == "attributed"
-    assert answer["agent"] == "researcher" and answer["step"] == 1
+    assert answer["agent"] == "researcher" and answer["step"] == 2
 
 
 @pytest.fixture
@@ -150,14 +156,34 @@ def test_smolagents_managed_agents_are_named_from_their_runs_and_the_researcher_
     spans = smolagents_instrumented.spans()
     built = smolagents_instrumented.built()
     trajectory = built.trajectory
-    # AGENT spans "researcher.run" etc. (no agent attribute): the agent is the part before the method;
-    # the planner's run encloses the others and speaks last
-    assert [(s.agent, s.content) for s in trajectory.steps] == [
-        ("researcher", apps.FABRICATED),
-        ("writer", apps.ANSWER),
-        ("planner", apps.ANSWER),
+    # AGENT spans "researcher.run" etc. (no agent attribute): the agent is the part before the method.
+    # Every model call is a step of its agent (the calls it asks for as its text), every tool span a
+    # tool step; the "Step N" span of a managed agent's call adds what the call returned to the manager
+    called = [
+        ("planner", StepKind.MESSAGE, None),
+        ("researcher", StepKind.MESSAGE, None),
+        ("researcher", StepKind.TOOL, "final_answer"),
+        ("planner", StepKind.TOOL, "researcher"),
+        ("planner", StepKind.MESSAGE, None),
+        ("writer", StepKind.MESSAGE, None),
+        ("writer", StepKind.TOOL, "final_answer"),
+        ("planner", StepKind.TOOL, "writer"),
+        ("planner", StepKind.MESSAGE, None),
+        ("planner", StepKind.TOOL, "final_answer"),
     ]
-    assert built.notes.agent_from_service == 0
+    assert [(s.agent, s.kind, s.tool_name) for s in trajectory.steps] == called
+    assert trajectory.steps[0].content == 'tool_call researcher({"task": "Find the population of Paris."})'
+    assert apps.FABRICATED in trajectory.steps[1].content and apps.FABRICATED == trajectory.steps[2].content
+    assert trajectory.steps[3].content.endswith(apps.FABRICATED)  # the manager's observation
+    names = {s.context.span_id: s.name for s in spans}
+    assert [names[int(s.span_id, 16)] for s in trajectory.steps[:4]] == [
+        "OpenAIModel.generate",
+        "OpenAIModel.generate",
+        "FinalAnswerTool",
+        "Step 1",
+    ]
+    assert trajectory.task.input == apps.QUESTION and trajectory.task.final_output == apps.ANSWER
+    assert built.notes.agent_unnamed == 0
     answer = send_then_verdict(make_processor(), sink, spans)
     assert answer["status"] == "attributed"
-    assert answer["agent"] == "researcher" and answer["step"] == 0
+    assert answer["agent"] == "researcher" and answer["step"] in (1, 2)

@@ -80,7 +80,7 @@ def test_langgraph_under_openllmetry_names_the_nodes_and_blames_the_researcher(
         ("researcher", apps.FABRICATED),
         ("writer", apps.ANSWER),
     ]
-    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_from_service == 0
+    assert trajectory.outcome == Outcome.FAILURE and built.notes.agent_unnamed == 0
     culprit = blame_through_processor(make_processor(), sink, spans)
     assert culprit["attributes"][sc.BLAME_AGENT] == "researcher"
     assert culprit["span_id"] == trajectory.steps[1].span_id

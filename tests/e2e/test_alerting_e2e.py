@@ -125,6 +125,10 @@ def test_repeated_culprit_reaches_alertmanager_and_the_processor_webhook(
             "OTEL_BLAME_ALERTING__REPEATED_CULPRIT__THRESHOLD": str(THRESHOLD),
             "OTEL_BLAME_ALERTING__REPEATED_CULPRIT__WINDOW_SECONDS": "600",
             "OTEL_BLAME_ALERTING__REPEATED_CULPRIT__COOLDOWN_SECONDS": "1800",
+            # every verdict counts, decided or not: this run's verdict sits near the ranker's provisional
+            # threshold, and what is tested here is the alert's path (the decided-only default is
+            # tested in tests/alerting/test_decided_only.py)
+            "OTEL_BLAME_ALERTING__COUNT_UNDECIDED": "true",
         },
     )
     alertmanager = Alertmanager(

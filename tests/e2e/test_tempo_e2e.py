@@ -229,7 +229,15 @@ def test_blamed_traces_are_found_in_tempo_by_traceql_and_the_dashboard_queries_r
 ):
     service = f"e2e-tempo-{uuid.uuid4().hex[:8]}"
     tempo = Tempo(group)
-    blame = BlameServer(group, "otel-blame", downstream=tempo.otlp_grpc_endpoint, wal_dir=tmp_path / "wal")
+    blame = BlameServer(
+        group,
+        "otel-blame",
+        downstream=tempo.otlp_grpc_endpoint,
+        wal_dir=tmp_path / "wal",
+        # every verdict on the culprit counters, decided or not: what is tested is that the dashboard's
+        # queries run and find both agents (decided-only counting: tests/alerting/test_decided_only.py)
+        extra_env={"OTEL_BLAME_ALERTING__COUNT_UNDECIDED": "true"},
+    )
     prometheus = Prometheus(
         group,
         {

@@ -103,6 +103,7 @@ def test_repeated_culprit_fires_one_webhook_alert(sink, make_processor) -> None:
             alerting={
                 "webhook": {"url": f"http://127.0.0.1:{server.server_address[1]}/hook"},
                 "repeated_culprit": {"threshold": 2, "window_seconds": 60},
+                "count_undecided": True,  # the alert's mechanics, whatever the verdicts' support
             }
         )
         runs = [

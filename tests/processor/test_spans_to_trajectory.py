@@ -284,3 +284,38 @@ def test_declared_steps_win_over_other_instrumentations_in_the_same_trace() -> N
     )  # fmt: skip
     trajectory = trajectory_from_spans(spans)
     assert [(s.agent, s.content) for s in trajectory.steps] == [("A", "ours")]
+
+
+def test_a_genai_run_without_task_attributes_takes_its_task_from_the_outermost_agent_run() -> None:
+    question = "What is 6 * 7?"
+    spans = _resource(
+        _span(1, None, "main", 0),
+        _span(
+            2,
+            1,
+            "invoke_agent Solver",
+            1,
+            gen_ai__operation__name="invoke_agent",
+            gen_ai__agent__name="Solver",
+            gen_ai__input__messages=json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": question}]}]
+            ),
+            gen_ai__output__messages=json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": "41"}]}]
+            ),
+        ),
+        _span(
+            3,
+            2,
+            "chat m",
+            2,
+            gen_ai__operation__name="chat",
+            gen_ai__output__messages=json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": "6 * 7 = 41"}]}]
+            ),
+        ),
+    )
+    trajectory = trajectory_from_spans(spans)
+    assert trajectory.task.input == question and trajectory.task.final_output == "41"
+    assert trajectory.task.name == question and trajectory.task.workflow == "main"  # not "main" as its name
+    assert [(s.agent, s.content) for s in trajectory.steps] == [("Solver", "6 * 7 = 41")]

@@ -26,8 +26,11 @@ def attributed_runs(
     services: tuple[str, ...] = ("checkout",),
     subset: str = "*",
     times: list[float] | None = None,
+    decided: bool | None = None,
 ) -> list[StoredRun]:
-    """``count`` Who&When logs, attributed with the heuristic, spaced ``spacing`` seconds apart."""
+    """``count`` Who&When logs, attributed with the heuristic, spaced ``spacing`` seconds apart.
+    ``decided``: None keeps each verdict's own ``decided``; True or False sets it on every run (the
+    store's mechanics count decided verdicts only, so tests of those mechanics use decided runs)."""
     method = create_method("heuristic")
     runs = []
     for position, path in enumerate(who_and_when_files(count, subset)):
@@ -41,6 +44,8 @@ def attributed_runs(
                 attributed_at=times[position] if times else start + position * spacing,
             )
         )
+    if decided is not None:
+        runs = [run.model_copy(update={"decided": decided}) for run in runs]
     return runs
 
 

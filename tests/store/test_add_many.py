@@ -31,7 +31,7 @@ def _later(run: StoredRun, seconds: float, agent: str) -> StoredRun:
 def test_a_batch_is_one_transaction_with_the_rows_and_counts_of_single_writes(
     store: BlameStore, tmp_path: Path, now: float
 ) -> None:
-    runs = attributed_runs(8, start=now - 100, spacing=1)
+    runs = attributed_runs(8, start=now - 100, spacing=1, decided=True)
     commits = []
     event.listen(store.engine, "commit", lambda _connection: commits.append(1))
     assert store.add_many(runs, count_as=CountAs("r0")) == 8
@@ -48,7 +48,7 @@ def test_a_batch_is_one_transaction_with_the_rows_and_counts_of_single_writes(
 def test_a_later_verdict_in_the_same_batch_replaces_the_earlier_and_both_count(
     store: BlameStore, now: float
 ) -> None:
-    [run] = attributed_runs(1, start=now - 10, spacing=1)
+    [run] = attributed_runs(1, start=now - 10, spacing=1, decided=True)
     later = _later(run, 5, "someone_else")
     assert store.add_many([run, later], count_as=CountAs("r0")) == 2
     assert store.count() == 1 and store.run(run.trace_id) == later
@@ -56,7 +56,7 @@ def test_a_later_verdict_in_the_same_batch_replaces_the_earlier_and_both_count(
 
 
 def test_a_batch_written_again_after_a_crash_is_kept_and_counted_once(store: BlameStore, now: float) -> None:
-    first, second = attributed_runs(2, start=now - 10, spacing=1)
+    first, second = attributed_runs(2, start=now - 10, spacing=1, decided=True)
     later = _later(first, 5, "someone_else")
     batch = [first, second, later]
     store.add_many(batch, count_as=CountAs("r0"))  # committed; the process died before the outbox delete
@@ -69,7 +69,7 @@ def test_a_batch_written_again_after_a_crash_is_kept_and_counted_once(store: Bla
 def test_only_what_an_earlier_batch_did_not_write_is_written_and_counted(
     store: BlameStore, now: float
 ) -> None:
-    first, second, third = attributed_runs(3, start=now - 10, spacing=1)
+    first, second, third = attributed_runs(3, start=now - 10, spacing=1, decided=True)
     later = _later(first, 5, "someone_else")
     store.add_many([first, second], count_as=CountAs("r0"))  # an earlier batch, then a crash
     written = store.add_many([first, second, third, later], count_as=CountAs("r0"), skip_if_kept=True)
@@ -80,7 +80,7 @@ def test_only_what_an_earlier_batch_did_not_write_is_written_and_counted(
 
 
 def test_a_failed_batch_keeps_nothing_and_counts_nothing(store: BlameStore, now: float) -> None:
-    good, bad = attributed_runs(2, start=now - 10, spacing=1)
+    good, bad = attributed_runs(2, start=now - 10, spacing=1, decided=True)
     bad = bad.model_copy(update={"outcome": None})  # NOT NULL column: the insert fails
     with pytest.raises(Exception, match="NOT NULL"):
         store.add_many([good, bad], count_as=CountAs("r0"))

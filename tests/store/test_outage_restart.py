@@ -69,6 +69,7 @@ def test_blames_wait_through_a_store_outage_and_a_restart(cluster: PostgresClust
             "assembly": {"quiet_period": 0.1, "max_wait": 5.0},
             "exporter": {"endpoint": sink.endpoint, "initial_backoff": 0.05, "max_backoff": 0.5},
             "store": {"url": cluster.url, "replica": "replica-0"},
+            "alerting": {"count_undecided": True},  # every blame counts: this is about durability
             "shutdown_timeout": 5.0,
         }
         config = load_serve_config(overrides=overrides, environ={})

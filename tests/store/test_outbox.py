@@ -40,7 +40,7 @@ def writer(tmp_path: Path):  # noqa: ANN201
 def test_a_blame_waits_and_counts_once_while_the_store_is_down(
     writer: DurableBlameWriter, now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first, second = attributed_runs(2, start=now - 10, spacing=1)
+    first, second = attributed_runs(2, start=now - 10, spacing=1, decided=True)
     assert writer.write(first) is True
     with monkeypatch.context() as outage:
         outage.setattr(writer.store, "add_many", _refuse)  # writes fail, reads still answer
@@ -58,7 +58,7 @@ def test_a_blame_waits_and_counts_once_while_the_store_is_down(
 def test_a_blame_the_store_took_before_a_crash_is_not_counted_again(
     writer: DurableBlameWriter, now: float
 ) -> None:
-    (run,) = attributed_runs(1, start=now, spacing=1)
+    (run,) = attributed_runs(1, start=now, spacing=1, decided=True)
     writer.store.add(run, count_as=writer.count_as)  # committed, and then the process died ...
     writer.outbox.put(run)  # ... before its outbox entry was deleted
     assert writer.flush() is True
@@ -68,7 +68,7 @@ def test_a_blame_the_store_took_before_a_crash_is_not_counted_again(
 def test_a_later_verdict_is_written_after_the_blames_that_wait(
     writer: DurableBlameWriter, now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (earlier,) = attributed_runs(1, start=now - 5, spacing=1)
+    (earlier,) = attributed_runs(1, start=now - 5, spacing=1, decided=True)
     later = earlier.model_copy(update={"attributed_at": now, "agent": "someone else"})
     with monkeypatch.context() as outage:
         outage.setattr(writer.store, "add_many", _refuse)

@@ -21,7 +21,7 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
     replica_a = open_store(StoreConfig(url=clean_postgres))
     replica_b = open_store(StoreConfig(url=clean_postgres))
     assert replica_a.dialect == "postgresql"
-    runs = attributed_runs(16, start=now - 1600, spacing=100, services=("checkout", "search"))
+    runs = attributed_runs(16, start=now - 1600, spacing=100, services=("checkout", "search"), decided=True)
 
     def write(store, mine, name) -> None:  # noqa: ANN001
         for run in mine:
@@ -65,7 +65,7 @@ def test_two_replicas_write_one_store_and_both_see_everything(clean_postgres: st
 
 
 def test_bounds_and_restart_on_postgres(clean_postgres: str, now: float) -> None:
-    runs = attributed_runs(10, start=now - 1000, spacing=100)
+    runs = attributed_runs(10, start=now - 1000, spacing=100, decided=True)
     store = open_store(StoreConfig(url=clean_postgres, prune_every=1, max_age_seconds=550))
     for run in runs:
         store.add(run)
@@ -105,7 +105,7 @@ def test_one_replicas_workers_count_concurrently_without_losing_a_blame(
     """Analysis workers of one replica blaming the same agent at once: the first insert of the counter
     row races (a unique violation, retried), later ones update the same row; every blame counts."""
     store = open_store(StoreConfig(url=clean_postgres))
-    [run] = attributed_runs(1, start=now, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1, decided=True)
     errors: list[BaseException] = []
 
     def blame(worker: int) -> None:
@@ -133,7 +133,7 @@ def test_a_batch_of_blames_is_one_transaction_on_postgres(clean_postgres: str, n
     """``add_many`` on PostgreSQL (psycopg's executemany): every row and count, once, also when the
     same batch is written again after a crash."""
     store = open_store(StoreConfig(url=clean_postgres))
-    runs = attributed_runs(6, start=now - 60, spacing=1)
+    runs = attributed_runs(6, start=now - 60, spacing=1, decided=True)
     later = runs[0].model_copy(update={"attributed_at": now, "agent": "someone_else"})
     assert store.add_many([*runs, later], count_as=CountAs("r")) == 7
     assert store.add_many([*runs, later], count_as=CountAs("r"), skip_if_kept=True) == 0

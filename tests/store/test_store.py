@@ -21,7 +21,7 @@ def store_path(tmp_path: Path) -> Path:
 
 def test_a_stored_run_comes_back_whole(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=now, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1, decided=True)
     store.add(run)
     again = store.run(run.trace_id)
     assert again == run
@@ -48,7 +48,7 @@ def test_the_trajectory_is_kept_redacted(store_path: Path, now: float) -> None:
 
 def test_a_later_verdict_replaces_the_earlier_one(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=now, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1, decided=True)
     store.add(run)
     store.add(run.model_copy(update={"agent": "someone_else", "method": "all_at_once"}))
     assert store.count() == 1
@@ -57,7 +57,7 @@ def test_a_later_verdict_replaces_the_earlier_one(store_path: Path, now: float) 
 
 def test_filters_and_paging_newest_first(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    runs = attributed_runs(12, start=now - 1200, spacing=100, services=("checkout", "search"))
+    runs = attributed_runs(12, start=now - 1200, spacing=100, services=("checkout", "search"), decided=True)
     for run in runs:
         store.add(run)
     page = store.failures(limit=5)
@@ -78,7 +78,7 @@ def test_filters_and_paging_newest_first(store_path: Path, now: float) -> None:
 
 def test_a_fallback_counts_under_its_base_method(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=now, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1, decided=True)
     store.add(run.model_copy(update={"method": "heuristic(fallback:all_at_once)"}))
     assert store.failures(method="heuristic").total == 1
     assert store.culprits(3600, now=now + 1).culprits[0].methods == {"heuristic": 1}
@@ -86,7 +86,7 @@ def test_a_fallback_counts_under_its_base_method(store_path: Path, now: float) -
 
 def test_culprit_counts_and_buckets(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    runs = attributed_runs(10, start=now - 3000, spacing=300)
+    runs = attributed_runs(10, start=now - 3000, spacing=300, decided=True)
     for run in runs:
         store.add(run)
     report = store.culprits(3600, now=now, buckets=12)
@@ -108,7 +108,7 @@ def test_culprit_counts_and_buckets(store_path: Path, now: float) -> None:
 
 
 def test_restart_keeps_everything(store_path: Path, now: float) -> None:
-    runs = attributed_runs(5, start=now - 50, spacing=10)
+    runs = attributed_runs(5, start=now - 50, spacing=10, decided=True)
     store = open_store(StoreConfig(path=store_path))
     for run in runs:
         store.add(run)
@@ -121,8 +121,8 @@ def test_restart_keeps_everything(store_path: Path, now: float) -> None:
 
 def test_age_bound_drops_old_failures(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path, max_age_seconds=3600))
-    old = attributed_runs(3, start=now - 10_000, spacing=10)
-    fresh = attributed_runs(6, start=now - 100, spacing=10)[3:]
+    old = attributed_runs(3, start=now - 10_000, spacing=10, decided=True)
+    fresh = attributed_runs(6, start=now - 100, spacing=10, decided=True)[3:]
     for run in [*old, *fresh]:
         store.add(
             run.model_copy(update={"trace_id": f"{run.trace_id[:-4]}{int(run.attributed_at) % 9999:04d}"})
@@ -141,7 +141,7 @@ def test_age_bound_drops_old_failures(store_path: Path, now: float) -> None:
 
 
 def test_size_bound_drops_the_oldest_first(store_path: Path, now: float) -> None:
-    runs = attributed_runs(20, start=now - 2000, spacing=100)
+    runs = attributed_runs(20, start=now - 2000, spacing=100, decided=True)
     sizes = [len(run.model_dump_json().encode()) for run in runs]
     budget = sum(sizes[-8:])  # room for the newest eight
     store = open_store(StoreConfig(path=store_path, max_bytes=budget, prune_every=1))
@@ -157,13 +157,15 @@ def test_the_default_file_sits_next_to_the_wal(tmp_path: Path, now: float) -> No
     config = StoreConfig()
     assert config.sqlite_path(tmp_path / "wal") == tmp_path / "wal" / "blame-store.sqlite3"
     store = open_store(config, wal_dir=tmp_path / "wal")
-    store.add(attributed_runs(1, start=now, spacing=1)[0])
+    store.add(attributed_runs(1, start=now, spacing=1, decided=True)[0])
     assert (tmp_path / "wal" / "blame-store.sqlite3").exists()
 
 
 def test_blames_are_counted_per_replica_and_the_counters_never_go_down(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path, max_age_seconds=3600))
-    runs = attributed_runs(6, start=now - 7200, spacing=10)  # past the age bound: the next prune drops them
+    runs = attributed_runs(
+        6, start=now - 7200, spacing=10, decided=True
+    )  # past the age bound: the next prune drops them
     mine, theirs = CountAs("replica-a"), CountAs("replica-b")
     for run in runs[:4]:
         store.add(run, count_as=mine)
@@ -195,14 +197,14 @@ def test_blames_are_counted_per_replica_and_the_counters_never_go_down(store_pat
 
 def test_counter_labels_are_bounded_like_the_metric(store_path: Path, now: float) -> None:
     store = open_store(StoreConfig(path=store_path))
-    [run] = attributed_runs(1, start=now, spacing=1)
+    [run] = attributed_runs(1, start=now, spacing=1, decided=True)
     bound = CountAs("replica-a", max_agents=2)
     for position, agent in enumerate(["a", "b", "c", "d", "a"]):
         store.add(run.model_copy(update={"agent": agent, "trace_id": f"{position + 1:032x}"}), count_as=bound)
     memory = CulpritMetrics(max_agents=2)
     for agent in ["a", "b", "c", "d", "a"]:
         blame = Attribution(
-            agent=agent, step=run.step, confidence=run.confidence, reason="r", method=run.method
+            agent=agent, step=run.step, confidence=run.confidence, reason="r", method=run.method, decided=True
         )
         memory.record_attribution(blame, run.service)
     assert [(s.agent, s.blames) for s in store.blame_counters("replica-a")] == [

@@ -15,6 +15,7 @@ from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.security import CONTENT_SECURITY_POLICY, CSRF_COOKIE, SESSION_COOKIE
 from otel_blame.ui.settings import UISettings
 from tests.store.runs import who_and_when_files
+from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 TOKEN = "s3cret-token-for-tests"
 PAGES = ["/ui/", "/ui/culprits", "/ui/attribute", "/ui/runs/" + "1".rjust(32, "0")]
@@ -80,12 +81,17 @@ def test_a_run_and_an_unknown_run(client: TestClient, seeded) -> None:  # noqa: 
 
 
 def test_culprits_match_the_store(client: TestClient, seeded) -> None:  # noqa: ANN001
-    report = client.get("/api/culprits?window=24h&buckets=12").json()
-    expected: dict[tuple[str, str], int] = {}
-    for run in seeded[1]:
-        expected[(run.service, run.agent)] = expected.get((run.service, run.agent), 0) + 1
-    assert {(c["service"], c["agent"]): c["count"] for c in report["culprits"]} == expected
-    assert len(report["bucket_starts"]) == 12 and report["total"] == 31
+    """Decided verdicts by default, every verdict with ?undecided=1."""
+    runs = seeded[1]
+    assert 0 < sum(run.decided for run in runs) < len(runs)  # the seeded runs have both kinds
+    for query, counted in (("", [r for r in runs if r.decided]), ("&undecided=1", runs)):
+        report = client.get(f"/api/culprits?window=24h&buckets=12{query}").json()
+        expected: dict[tuple[str, str], int] = {}
+        for run in counted:
+            expected[(run.service, run.agent)] = expected.get((run.service, run.agent), 0) + 1
+        assert {(c["service"], c["agent"]): c["count"] for c in report["culprits"]} == expected
+        assert len(report["bucket_starts"]) == 12 and report["total"] == len(counted)
+        assert report["undecided"] == len(runs) - len(counted)
 
 
 def test_attribute_a_who_and_when_log_as_body_and_as_file(client: TestClient) -> None:
@@ -192,7 +198,10 @@ def test_sign_in_sets_an_httponly_samesite_cookie(locked: TestClient) -> None:
     assert locked.get("/ui/").status_code == 303
 
 
-def test_state_changing_requests_need_the_csrf_token(locked: TestClient) -> None:
+def test_state_changing_requests_need_the_csrf_token(
+    locked: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     _sign_in(locked)
     text = who_and_when_files(1)[0].read_text()
     csrf = locked.cookies.get(CSRF_COOKIE)
@@ -303,3 +312,21 @@ def test_the_kind_of_failure_and_the_cross_run_evidence_are_kept_and_shown(tmp_p
         assert StoredRun.model_validate(older).category is None
     finally:
         store.close()
+
+
+def test_a_gzipped_span_tree_is_attributed_and_a_gzip_bomb_refused(client: TestClient) -> None:
+    import gzip
+
+    from tests.conventions import span_trees
+
+    packed = gzip.compress(json.dumps(span_trees.gaia_run()).encode())
+    response = client.post(
+        "/api/attribute?assume_failed=1", files={"file": ("gaia.json.gz", packed, "application/gzip")}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["agent"] in {"CodeAgent", "search_agent", "answer_single_question"}
+    bomb = gzip.compress(b" " * (400 * 1024 * 1024), compresslevel=9)  # 400 MiB of spaces, 0.4 MiB packed
+    refused = client.post("/api/attribute", files={"file": ("bomb.json.gz", bomb, "application/gzip")})
+    assert refused.status_code == 415 and "once decompressed" in refused.json()["error"]
+    cut = client.post("/api/attribute", files={"file": ("cut.json.gz", packed[:100], "application/gzip")})
+    assert cut.status_code == 415 and "gzip" in cut.json()["error"]

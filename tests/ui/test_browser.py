@@ -17,7 +17,7 @@ from otel_blame.store import BlameStore, StoreConfig, open_store
 from otel_blame.store.records import StoredRun
 from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.settings import UISettings
-from otel_blame.ui.views import agent_class
+from otel_blame.ui.views import colour_classes
 from tests.store.runs import attributed_runs, hostile_run, who_and_when_files
 from tests.ui.browser import (
     DOCS_IMAGES,
@@ -130,9 +130,18 @@ def test_failures_page_lists_newest_first(browser, site: str, showcase) -> None:
     assert len(rows) == sum(r.service == "web-tasks" for r in showcase[1])
 
 
+def _decided_log() -> tuple[Path, object]:
+    """The first Hand-Crafted log whose offline verdict is decided, with that verdict."""
+    method = create_method("heuristic")
+    for path in who_and_when_files(30, "Hand-Crafted")[7:]:
+        verdict = method.attribute(load_trajectory(path))
+        if verdict.decided:
+            return path, verdict
+    raise AssertionError("no Hand-Crafted log of the first 30 gets a decided verdict")
+
+
 def test_upload_a_who_and_when_log_and_see_who_and_when(browser, site: str) -> None:  # noqa: ANN001
-    path = who_and_when_files(30, "Hand-Crafted")[7]
-    expected = create_method("heuristic").attribute(load_trajectory(path))
+    path, expected = _decided_log()
     browser.get(f"{site}/ui/attribute")
     _by_id(browser, "file").send_keys(str(path))
     assert path.name in _by_id(browser, "file-name").text  # the page's script shows the chosen file
@@ -160,19 +169,21 @@ def test_a_bad_upload_shows_a_message_not_a_stack_trace(browser, site: str, tmp_
 
 
 def test_a_stored_run_shows_lanes_heat_and_the_culprit(browser, site: str, showcase) -> None:  # noqa: ANN001
-    run = max(showcase[1][:-1], key=lambda r: r.attributed_at)
+    run = max((r for r in showcase[1][:-1] if r.decided), key=lambda r: r.attributed_at)
     browser.get(f"{site}/ui/runs/{run.trace_id}")
     assert _by_id(browser, "culprit-agent").text == run.agent
     assert _by_id(browser, "culprit-step").text == f"step {run.step}"
     assert _by_id(browser, "culprit-method").text == run.method
     culprit = _by_id(browser, f"step-{run.step}")
     assert "culprit" in culprit.get_attribute("class").split()
-    # one colour per agent, from its name: every step of an agent has its name's colour class
+    # one colour per agent, none shared: every step of an agent has the agent's colour class
     lanes: dict[str, set[str]] = {}
     for step in _all(browser, "li.step"):
         lane = next(c for c in step.get_attribute("class").split() if c.startswith("c") and c[1:].isdigit())
         lanes.setdefault(step.get_attribute("data-agent"), set()).add(lane)
-    assert lanes == {agent: {f"c{agent_class(agent)}"} for agent in lanes}
+    classes = colour_classes(run.trajectory.agents)
+    assert lanes == {agent: {f"c{classes[agent]}"} for agent in lanes}
+    assert len(set(classes.values())) == len(classes)
     # the culprit's bubble is drawn differently from the others (red border)
     colour = culprit.find_element("css selector", ".bubble").value_of_css_property("border-top-color")
     other = _all(browser, "li.step:not(.culprit) .bubble")[0].value_of_css_property("border-top-color")
@@ -193,7 +204,7 @@ def test_a_stored_run_shows_lanes_heat_and_the_culprit(browser, site: str, showc
 def test_the_culprits_page_plots_blames_over_time(browser, site: str, showcase) -> None:  # noqa: ANN001
     browser.get(f"{site}/ui/culprits?window=24h")
     rows = _all(browser, "table.leaderboard tbody tr")
-    recent = [r for r in showcase[1] if r.attributed_at >= time.time() - 86400]
+    recent = [r for r in showcase[1] if r.attributed_at >= time.time() - 86400 and r.decided]
     counts: dict[tuple[str, str], int] = {}
     for run in recent:
         counts[(run.agent, run.service)] = counts.get((run.agent, run.service), 0) + 1
@@ -235,8 +246,9 @@ def test_the_overview_strip_leads_to_every_step_of_a_long_run(browser, site: str
     marks = _all(browser, "#overview-strip a.mark")
     assert [int(m.get_attribute("data-step")) for m in marks] == list(range(run.steps))
     culprits = _all(browser, "#overview-strip a.is-culprit")
-    assert [int(m.get_attribute("data-step")) for m in culprits] == [run.step]
+    assert [int(m.get_attribute("data-step")) for m in culprits] == ([run.step] if run.decided else [])
     assert len(_all(browser, "#overview-strip a.is-candidate")) == len(run.candidates)
+    first = culprits[0] if culprits else marks[run.step]  # undecided: its top candidate
     screenshot(browser, "ui-long-run.png")
     # most of the run is folded away; the culprit is not
     collapsed = _all(browser, "details.quiet")
@@ -251,10 +263,8 @@ def test_the_overview_strip_leads_to_every_step_of_a_long_run(browser, site: str
     time.sleep(0.3)
     assert browser.current_url.endswith(f"#step-{folded}")
     assert _by_id(browser, f"step-{folded}").is_displayed()
-    # and the culprit's mark goes to the culprit
-    browser.execute_script(
-        "arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", culprits[0]
-    )
+    # and the culprit's (or the top candidate's) mark goes to that step
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", first)
     time.sleep(0.3)
     assert browser.current_url.endswith(f"#step-{run.step}")
 

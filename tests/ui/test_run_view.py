@@ -67,6 +67,7 @@ def _long_run(steps: int, culprit: int, *, top: float = 0.085) -> tuple[Trajecto
         agent=agents[culprit % 3],
         step=culprit,
         confidence=0.3,
+        decided=True,
         reason="it stated facts it had not established",
         method="heuristic",
         candidates=candidates,
@@ -164,7 +165,7 @@ def test_agent_colours_come_from_the_name_on_every_page(store: BlameStore, clien
             [{"agent": a, "content": f"{a} speaks"} for a in agents], outcome=Outcome.FAILURE
         )
         attribution = Attribution(agent="coder", step=agents.index("coder"), confidence=0.5, reason="r",
-                                  method="heuristic")  # fmt: skip
+                                  method="heuristic", decided=True)  # fmt: skip
         store.add(build_run(trajectory, attribution, trace_id=trace, service="svc"))
 
     run(["planner", "coder", "executor"], "c1" * 16)
@@ -175,7 +176,11 @@ def test_agent_colours_come_from_the_name_on_every_page(store: BlameStore, clien
         assert f'class="agent-chip {colour}" id="culprit-agent"' in page
         assert re.search(rf'<li class="step kind-message {colour}[ "][^>]*data-agent="coder"', page)
     culprits = client.get("/ui/culprits?window=1h").text
-    assert re.search(rf'<td class="nowrap {colour}"><span class="swatch"></span><a [^>]*>coder</a>', culprits)
+    assert re.search(
+        rf'<td class="nowrap agent-cell {colour}" title="coder"><span class="swatch"></span>'
+        rf"<a [^>]*>coder</a>",
+        culprits,
+    )
 
 
 def test_a_chat_api_role_is_not_shown_as_a_label(store: BlameStore, client: TestClient) -> None:
@@ -244,7 +249,7 @@ def test_uploads_are_kept_with_their_source_and_a_link(store: BlameStore, client
     assert re.fullmatch(r"/ui/runs/[0-9a-f]{32}", link)
     page = client.get(link).text
     assert "<h1>Attribution of 1.json</h1>" in page and f'href="{link}" id="share-link"' in page
-    assert 'id="culprit-agent"' in page
+    assert 'id="verdict"' in page
     # the same file again: the same link
     assert _upload(client, file).headers["location"] == link
     listed = client.get("/api/failures").json()["failures"]
@@ -253,7 +258,7 @@ def test_uploads_are_kept_with_their_source_and_a_link(store: BlameStore, client
     assert client.post("/api/attribute", content=file.read_bytes()).json()["url"] == link
     # kept for its link, not counted as a processor's blame
     assert client.get("/api/culprits?window=1h").json()["total"] == 0
-    assert "uploaded" in client.get("/ui/").text
+    assert '<span class="upload-name" title="1.json">1.json</span>' in client.get("/ui/").text
 
 
 def test_a_store_made_before_uploads_gets_the_source_column(tmp_path: Path) -> None:

@@ -100,7 +100,10 @@ def sink():  # noqa: ANN201
 
 def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, tmp_path: Path) -> None:
     jaeger = "http://127.0.0.1:16686/trace/{trace_id}"
-    processor = _start(sink, tmp_path / "wal", ui={"jaeger_url_template": jaeger})
+    # every verdict counted, decided or not, so the culprits page and the metric have a blame to agree on
+    processor = _start(
+        sink, tmp_path / "wal", ui={"jaeger_url_template": jaeger}, alerting={"count_undecided": True}
+    )
     base = f"http://{processor.http_endpoint}"
     try:
         trace_id = _send_failed_run(processor, sink)
@@ -120,7 +123,11 @@ def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, t
         # the culprits page counts what the Prometheus metric counts
         culprits = json.loads(_get(base, "/api/culprits?window=1h")[1])
         metric = _attributions(base)
-        assert {(c["service"], c["agent"]): c["count"] for c in culprits["culprits"]} == metric
+        assert (
+            {(c["service"], c["agent"]): c["count"] for c in culprits["culprits"]}
+            == metric
+            == {(run["service"], run["agent"]): 1}
+        )
         with chromium() as browser:
             browser.get(f"{base}/ui/runs/{trace_id}")
             assert "/ui/login" in browser.current_url
@@ -129,10 +136,14 @@ def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, t
             deadline = time.monotonic() + 15
             while "/ui/runs/" not in browser.current_url and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert browser.find_element("id", "culprit-agent").text == run["agent"]
             culprit = browser.find_element("id", f"step-{run['step']}")
-            assert "culprit" in culprit.get_attribute("class").split()
             assert culprit.get_attribute("data-agent") == run["agent"]
+            if run["decided"]:
+                assert browser.find_element("id", "culprit-agent").text == run["agent"]
+                assert "culprit" in culprit.get_attribute("class").split()
+            else:  # the evidence did not decide: its top candidate, named first
+                said = browser.find_element("id", "undecided").text
+                assert said.startswith(f"Undecided: {run['agent']} at step {run['step']}"), said
             link = browser.find_element("partial link text", "Open in Jaeger").get_attribute("href")
             assert link == jaeger.format(trace_id=trace_id)
             browser.get(f"{base}/ui/culprits?window=1h")
@@ -164,7 +175,8 @@ def test_serve_stores_the_blame_and_shows_it_under_ui(sink: RecordingOTLPSink, t
 
 
 def test_store_disabled_means_no_ui(sink: RecordingOTLPSink, tmp_path: Path) -> None:
-    processor = _start(sink, tmp_path / "wal", store={"enabled": False})
+    # every verdict counted (decided or not): what is tested is that the counters live in memory
+    processor = _start(sink, tmp_path / "wal", store={"enabled": False}, alerting={"count_undecided": True})
     base = f"http://{processor.http_endpoint}"
     try:
         assert _get(base, "/api/failures")[0] == 404

@@ -107,6 +107,7 @@ def test_two_replicas_on_one_postgres_each_show_every_failure(postgres_url: str,
                     tmp_path / name / "wal",
                     receivers={"auth_token": TOKEN},
                     store={"url": postgres_url, "replica": name},
+                    alerting={"count_undecided": True},  # every blame counted, decided or not
                 )
                 replicas[name] = serving_processor(load_serve_config(overrides=overrides, environ={})).start()
             bases = {name: f"http://{processor.http_endpoint}" for name, processor in replicas.items()}
@@ -148,7 +149,7 @@ def test_two_replicas_on_one_postgres_each_show_every_failure(postgres_url: str,
                 expected_culprits[key] = expected_culprits.get(key, 0) + 1
                 per_replica[name][key] = per_replica[name].get(key, 0) + 1
             for base in bases.values():
-                culprits = _api(base, "/api/culprits?window=1h")
+                culprits = _api(base, "/api/culprits?window=1h&undecided=1")
                 assert culprits["total"] == len(sent)
                 assert {
                     (c["service"], c["agent"]): c["count"] for c in culprits["culprits"]
@@ -170,7 +171,7 @@ def test_two_replicas_on_one_postgres_each_show_every_failure(postgres_url: str,
             # `otel-blame top` against either replica: every culprit, every blame
             for base in bases.values():
                 result = CliRunner(env={"COLUMNS": "200"}).invoke(
-                    main, ["top", "--once", "--since", "1h", "--endpoint", base, "--token", TOKEN]
+                    main, ["top", "--once", "--all", "--since", "1h", "--endpoint", base, "--token", TOKEN]
                 )
                 assert result.exit_code == 0, result.output
                 assert f"{len(sent)} blames" in result.output
@@ -193,9 +194,11 @@ def test_two_replicas_on_one_postgres_each_show_every_failure(postgres_url: str,
                 assert links == set(sent)
                 browser.get(f"{base}/ui/runs/{a_trace}")
                 run = _api(bases["replica-a"], f"/api/runs/{a_trace}")
-                assert browser.find_element("id", "culprit-agent").text == run["agent"]
+                # replica A's verdict, as A stored it: its culprit, or its top candidate when undecided
+                said = browser.find_element("id", "verdict").text
+                assert f"{run['agent']} at step {run['step']}" in " ".join(said.split()), said
                 culprit = browser.find_element("id", f"step-{run['step']}")
-                assert "culprit" in culprit.get_attribute("class").split()
+                assert ("culprit" in culprit.get_attribute("class").split()) is run["decided"]
                 assert off_loopback(requested_urls(browser)) == []
         finally:
             for processor in replicas.values():

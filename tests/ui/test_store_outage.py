@@ -17,6 +17,7 @@ from otel_blame.processor.analyser import FinishedAttribution
 from otel_blame.store import StoreConfig
 from otel_blame.ui.processor_integration import processor_ui
 from tests.store.runs import who_and_when_files
+from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 
 def _finished(position: int) -> FinishedAttribution:
@@ -39,6 +40,7 @@ def _blames(metrics: CulpritMetrics) -> int:
 def test_a_store_outage_neither_loses_nor_rewinds_a_blame(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    set_decided_threshold(monkeypatch, ALWAYS_DECIDED)  # the surface, not the threshold
     attached = processor_ui(StoreConfig(replica="replica-a"), wal_dir=tmp_path / "wal", auth_token=None)
     metrics = CulpritMetrics()
     metrics.count_blames_in(attached)

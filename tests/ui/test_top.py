@@ -21,7 +21,7 @@ def test_top_prints_the_leaderboard(seeded) -> None:  # noqa: ANN001
     (agent, service), most = max(counts.items(), key=lambda item: (item[1], latest[item[0]]))
     with serving(create_ui_app(store, UISettings(auth_token="t0ken"))) as url:
         result = CliRunner(env={"COLUMNS": "200"}).invoke(
-            main, ["top", "--once", "--since", "24h", "--endpoint", url, "--token", "t0ken"]
+            main, ["top", "--once", "--all", "--since", "24h", "--endpoint", url, "--token", "t0ken"]
         )
         assert result.exit_code == 0, result.output
         first_row = next(

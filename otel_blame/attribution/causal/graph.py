@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from otel_blame.attribution.systemic import states_an_answer
 from otel_blame.trajectory import Step, StepKind, Trajectory
 
 TASK = -1
@@ -47,7 +48,6 @@ _WORD_BEFORE_REVERSED = re.compile(r"[ \t]*(\w+)")
 _NAME_START = re.compile(r"[A-Za-z_]")
 _CODE_BLOCK = re.compile(r"```")
 _STOPPED = re.compile(r"\bTERMINATE\b|\bSTOP\b")
-_ANSWERED = re.compile(r"final answer|the answer is|answer:", re.IGNORECASE)
 _TERMINATE_ONLY = re.compile(r"^\W*(?:terminate|exit|done|ok(?:ay)?|thanks?(?: you)?)\W*$", re.IGNORECASE)
 
 
@@ -195,14 +195,14 @@ def _answer(
     final = trajectory.task.final_output
     if final:
         return final, _stating(final, messages, texts, tokens) or last
-    if last is None or (_STOPPED.search(texts[last][-400:]) and not _ANSWERED.search(texts[last])):
+    if last is None or (_STOPPED.search(texts[last][-400:]) and not states_an_answer(texts[last])):
         return "", last  # the run was stopped before it answered: there is no answer to trace
     # the last message that states something: a closing "Looks right." after the answer states nothing
     stating = next(
         (
             index
             for index in messages[:ANSWER_LOOKBACK]
-            if _ANSWERED.search(texts[index]) or any(token[:1].isdigit() for token in tokens[index])
+            if states_an_answer(texts[index]) or any(token[:1].isdigit() for token in tokens[index])
         ),
         last,
     )

@@ -24,7 +24,10 @@ the failure's path. A step's content is *unsupported* when:
 - it states the run's answer with values that nothing before it gave or derives
   (``answer_unsupported``);
 - the agent it handed over to said what it got was lacking: missing, not confirmed, incomplete
-  (``input_found_lacking``, on the message that was answered: the victim names its input).
+  (``input_found_lacking``, on the message that was answered: the victim names its input);
+- a later step testifies that it went wrong: an objection, a mismatch, a confession, a review that
+  says no progress is being made (``testified_wrong``; the testifying step gets ``testimony``:
+  :mod:`.testimony`).
 
 Every feature is a number in [0, 1] per step; the ranker (:mod:`otel_blame.attribution.ranker`)
 weighs them. Nothing here knows agent names, role strings or absolute positions.
@@ -57,6 +60,7 @@ from otel_blame.attribution.causal.graph import (
     numbers_in,
     tokens_of,
 )
+from otel_blame.attribution.causal.testimony import read_testimony
 from otel_blame.attribution.systemic import lowered_for_matching, result_text_failure, says_an_answer
 from otel_blame.trajectory import DependencyFailure, Step, StepKind, Trajectory
 
@@ -84,6 +88,8 @@ CAUSAL_FEATURES: tuple[str, ...] = (
     "input_found_lacking",
     "novel_identifier",
     "stop_in_result",
+    "testimony",
+    "testified_wrong",
 )
 
 _STOP = re.compile(r"\bTERMINATE\b|\bSTOP\b")
@@ -327,13 +333,13 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
     return found
 
 
+# (the words behind one word boundary: the regex tries each word's start once, not once per word)
 _ASKS = re.compile(
-    r"\bplease\b|\?\s*$|```|\bimplement\b|\bnext\b|\bthen\b"
+    r"\?\s*$|```|\b(?:(?:please|implement|next|then|retry|wait)\b"
     # work the message itself announces: "I will retry", "let me check", "I'll wait"
-    r"|\b(?:i|we) (?:will|shall|am going to|are going to)\b|\b(?:i'll|we'll|let me|let us)\b"
-    r"|\bretry\b|\bwait\b"
+    r"|(?:i|we) (?:will|shall|am going to|are going to)\b|(?:i'll|we'll|let me|let us)\b"
     # work the message itself lists as left: "Still to find: ...", "remaining", "not yet"
-    r"|\bstill (?:to|need)|\bremaining\b|\bnot yet\b|\bleft to\b",
+    r"|still (?:to|need)|(?:remaining|not yet|left to)\b)",
     re.IGNORECASE | re.MULTILINE,
 )
 _ASKS_LOWER = re.compile(_ASKS.pattern, re.MULTILINE)  # the same for the lower-cased text
@@ -702,6 +708,9 @@ def read_causally(
     if cut_short is not None:
         features["dropped_task"][cut_short] = 1.0
     features["input_found_lacking"].update(_found_lacking(graph, lowers))
+    said, against = read_testimony(graph.trajectory, lowers)
+    features["testimony"].update(said)
+    features["testified_wrong"].update(against)
     atoms = _atoms_read(graph)
     features["novel_identifier"].update(atoms.identifiers)
     features["novel_call_value"].update(atoms.novel_calls)

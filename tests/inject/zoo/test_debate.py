@@ -105,7 +105,7 @@ FAILING = {
 
 # fault kinds of FAILING the offline default does not blame at the planted step: kept visible, each
 # fails the test as soon as the default finds it (tests/support/blame.py)
-KNOWN_MISSES: set[str] = {"drop_instruction", "lost_context", "number", "premature_handoff"}
+KNOWN_MISSES: set[str] = {"lost_context", "number", "premature_handoff"}
 
 
 def test_every_declared_fault_kind_has_a_failing_case():

@@ -167,3 +167,17 @@ def test_a_short_campaign_reports_and_labels_its_runs(tmp_path: Path):
         assert record["agent_correct"] == (record["prediction"]["agent"] == record["fault"]["agent"])
     written = sorted(out.rglob("*.json"))
     assert len(written) == len(failed)
+
+
+@pytest.mark.slow
+def test_a_campaign_plans_each_run_from_its_own_path():
+    """Each case goes to the specialist its text calls for, so a target planned from the baseline's
+    path may never speak in a run: such a run is re-planned from its own path (issue 26: 1 run of
+    12 scored, 43 % ``not_injected``)."""
+    result = CliRunner().invoke(main, ["inject", "--app", "zoo:triage", "--runs", "12", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert "not_injected" not in report["statuses"], report["statuses"]
+    assert report["scored"] > report["runs"] / 2, report["statuses"]
+    planted_in = {record["fault"]["agent"] for record in report["results"] if record.get("fault")}
+    assert len(planted_in) >= 2  # not only the desk every case passes through

@@ -1,0 +1,328 @@
+"""Score attribution on span-level labels: the TRAIL layout (real agent traces, errors marked on spans).
+
+A dataset is ``traces/<name>.json[.gz]`` (a span tree or an OTLP JSON export of one trace) beside
+``annotations/<name>.json`` (``{"errors": [{"location": span id, "impact": LOW|MEDIUM|HIGH,
+"category": ...}]}``). There is no single decisive step: a trace carries several errors. Scores:
+
+- hit@1: the blamed step's span carries an annotated error (any impact);
+- hit@1 HIGH: it carries a HIGH-impact error (over traces that have one);
+- hit@3: one of the three best candidates' spans carries an annotated error;
+- agent: the blamed agent owns the earliest HIGH-impact error, the closest TRAIL has to a decisive
+  step (over traces that have one).
+
+Each beside the same scores of positional rules (first step, last step, first failed step) and of a
+random step, taken exactly as its expectation over every step rather than sampled.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from otel_blame.attribution.base import AttributionError, AttributionMethod
+from otel_blame.attribution.baselines import POSITIONAL_RULES
+from otel_blame.attribution.result import Attribution
+from otel_blame.loaders import load_trajectory
+from otel_blame.trajectory import Trajectory
+
+IMPACTS = ("LOW", "MEDIUM", "HIGH")
+TRAIL_BASELINES = ("first_step", "last_step", "first_failed")
+
+
+class TrailError(BaseModel):
+    """One annotated error: the span it sits on, how much it mattered, what kind it is."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    location: str
+    impact: str = "MEDIUM"
+    category: str = ""
+
+
+class TrailCase(BaseModel):
+    """One trace with its errors; ``subset`` is the file name's prefix (``gaia``, ``swe_bench``)."""
+
+    file: str
+    subset: str
+    trajectory: Trajectory
+    errors: list[TrailError]
+
+    def step_spans(self) -> dict[str, int]:
+        return {step.span_id: step.index for step in self.trajectory.steps if step.span_id}
+
+    @property
+    def labelled_spans(self) -> set[str]:
+        return {error.location for error in self.errors}
+
+    @property
+    def high_spans(self) -> set[str]:
+        return {error.location for error in self.errors if error.impact.upper() == "HIGH"}
+
+    def decisive_step(self) -> int | None:
+        """The step of the earliest HIGH-impact error (the closest thing TRAIL has to a decisive step)."""
+        spans = self.step_spans()
+        steps = [spans[location] for location in self.high_spans if location in spans]
+        return min(steps) if steps else None
+
+
+def is_trail_dataset(dataset_dir: Path) -> bool:
+    return (dataset_dir / "traces").is_dir() and (dataset_dir / "annotations").is_dir()
+
+
+def trail_files(dataset_dir: Path, limit: int | None = None) -> list[Path]:
+    """The traces that have an annotation file, in name order (at most ``limit`` per subset)."""
+    traces = sorted(p for p in (dataset_dir / "traces").iterdir() if p.name.endswith((".json", ".json.gz")))
+    found = [p for p in traces if _annotation_path(dataset_dir, p).is_file()]
+    if not found:
+        raise FileNotFoundError(f"no traces with annotations under {dataset_dir}/traces")
+    if limit is None:
+        return found
+    counts: dict[str, int] = {}
+    kept = []
+    for path in found:
+        subset = _subset(path)
+        counts[subset] = counts.get(subset, 0) + 1
+        if counts[subset] <= limit:
+            kept.append(path)
+    return kept
+
+
+def _stem(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".json")
+
+
+def _subset(path: Path) -> str:
+    return _stem(path).split("-", 1)[0]
+
+
+def _annotation_path(dataset_dir: Path, trace: Path) -> Path:
+    return dataset_dir / "annotations" / f"{_stem(trace)}.json"
+
+
+def load_trail_case(path: Path, dataset_dir: Path) -> TrailCase:
+    """A trace read through the same conventions as a live one, with its annotated errors."""
+    trajectory = load_trajectory(path)
+    annotation = json.loads(_annotation_path(dataset_dir, path).read_text(encoding="utf-8"))
+    errors = [TrailError.model_validate(error) for error in annotation.get("errors") or []]
+    return TrailCase(file=path.name, subset=_subset(path), trajectory=trajectory, errors=errors)
+
+
+class TrailRecord(BaseModel):
+    """One trace's scores; a None score is not applicable (no HIGH-impact error, no answer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    subset: str
+    steps: int
+    predicted_agent: str | None
+    predicted_step: int | None
+    predicted_span: str | None
+    hit1: bool
+    hit1_high: bool | None
+    hit3: bool
+    decisive_step: int | None
+    decisive_agent: str | None
+    agent_correct: bool | None
+    step_correct: bool | None
+    decided: bool
+    seconds: float
+
+
+def score_trail_case(case: TrailCase, attribution: Attribution | None, seconds: float = 0.0) -> TrailRecord:
+    steps = case.trajectory.steps
+    decisive = case.decisive_step()
+    decisive_agent = steps[decisive].agent if decisive is not None else None
+    has_high = bool(case.high_spans)
+    if attribution is None:
+        return TrailRecord(
+            file=case.file,
+            subset=case.subset,
+            steps=len(steps),
+            predicted_agent=None,
+            predicted_step=None,
+            predicted_span=None,
+            hit1=False,
+            hit1_high=False if has_high else None,
+            hit3=False,
+            decisive_step=decisive,
+            decisive_agent=decisive_agent,
+            agent_correct=False if decisive is not None else None,
+            step_correct=False if decisive is not None else None,
+            decided=False,
+            seconds=seconds,
+        )
+    span = steps[attribution.step].span_id
+    top3 = [steps[c.step].span_id for c in attribution.candidates[:3] if c.step < len(steps)] or [span]
+    return TrailRecord(
+        file=case.file,
+        subset=case.subset,
+        steps=len(steps),
+        predicted_agent=attribution.agent,
+        predicted_step=attribution.step,
+        predicted_span=span,
+        hit1=span in case.labelled_spans,
+        hit1_high=(span in case.high_spans) if has_high else None,
+        hit3=any(found in case.labelled_spans for found in top3),
+        decisive_step=decisive,
+        decisive_agent=decisive_agent,
+        agent_correct=(attribution.agent.casefold() == decisive_agent.casefold()) if decisive_agent else None,
+        step_correct=(attribution.step == decisive) if decisive is not None else None,
+        decided=attribution.decided,
+        seconds=round(seconds, 6),
+    )
+
+
+def evaluate_trail(
+    method: AttributionMethod,
+    dataset_dir: Path,
+    files: Iterable[Path],
+    *,
+    on_record: Callable[[TrailRecord, AttributionError | None], None] | None = None,
+) -> list[TrailRecord]:
+    """Run ``method`` on every trace (its outcome is unknown: it is blamed as a failure, which TRAIL's
+    labels say each annotated trace is); a trace the method cannot answer is scored as wrong."""
+    records = []
+    for path in files:
+        case = load_trail_case(path, dataset_dir)
+        if not case.errors:
+            continue  # nothing went wrong in it: nothing to score
+        started = time.perf_counter()
+        error: AttributionError | None = None
+        try:
+            attribution: Attribution | None = method.attribute(case.trajectory)
+        except AttributionError as raised:
+            attribution, error = None, raised
+        record = score_trail_case(case, attribution, time.perf_counter() - started)
+        records.append(record)
+        if on_record is not None:
+            on_record(record, error)
+    return records
+
+
+class TrailSummary(BaseModel):
+    """One method's (or baseline's) scores on one subset, as fractions 0..1."""
+
+    name: str
+    subset: str
+    traces: int
+    hit1: float
+    hit1_high: float | None
+    hit3: float
+    agent: float | None
+    step: float | None
+
+
+def _mean(values: Sequence[float | bool | None]) -> float | None:
+    kept = [float(v) for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def summarise_trail(records: Sequence[TrailRecord], name: str = "method") -> list[TrailSummary]:
+    by_subset: dict[str, list[TrailRecord]] = {}
+    for record in records:
+        by_subset.setdefault(record.subset, []).append(record)
+    if len(by_subset) > 1:
+        by_subset["all"] = list(records)
+    return [
+        TrailSummary(
+            name=name,
+            subset=subset,
+            traces=len(group),
+            hit1=_mean([r.hit1 for r in group]) or 0.0,
+            hit1_high=_mean([r.hit1_high for r in group]),
+            hit3=_mean([r.hit3 for r in group]) or 0.0,
+            agent=_mean([r.agent_correct for r in group]),
+            step=_mean([r.step_correct for r in group]),
+        )
+        for subset, group in by_subset.items()
+    ]
+
+
+def trail_baselines(dataset_dir: Path, files: Iterable[Path]) -> list[TrailSummary]:
+    """Positional rules and a random step on the same traces. Random is exact: a step's chance is
+    1/n, so hit@1 is the share of steps on labelled spans and hit@3 the chance that three distinct
+    random steps include one."""
+    rows: dict[str, list[TrailRecord]] = {name: [] for name in (*TRAIL_BASELINES, "random")}
+    for path in files:
+        case = load_trail_case(path, dataset_dir)
+        steps = case.trajectory.steps
+        if not case.errors or not steps:
+            continue
+        for name in TRAIL_BASELINES:
+            pick = POSITIONAL_RULES[name][0](case.trajectory)
+            rows[name].append(score_trail_case(case, _pick(case.trajectory, pick)))
+        rows["random"].append(_random_expectation(case))
+    out = []
+    for name, records in rows.items():
+        out.extend(summarise_trail(records, name=name))
+    return out
+
+
+def _pick(trajectory: Trajectory, step: int) -> Attribution:
+    from otel_blame.attribution.result import Candidate
+
+    agent = trajectory.steps[step].agent
+    return Attribution(
+        agent=agent,
+        step=step,
+        confidence=0.0,
+        reason="positional rule",
+        method="baseline",
+        candidates=[Candidate(step=step, agent=agent, score=1.0)],
+    )
+
+
+def _random_expectation(case: TrailCase) -> TrailRecord:
+    """A record whose booleans are replaced by the random pick's probabilities (summed like booleans)."""
+    steps = case.trajectory.steps
+    n = len(steps)
+    labelled = sum(1 for step in steps if step.span_id in case.labelled_spans)
+    high = sum(1 for step in steps if step.span_id in case.high_spans)
+    misses3 = 1.0
+    for k in range(min(3, n)):
+        misses3 *= max(0.0, (n - labelled - k) / (n - k))
+    decisive = case.decisive_step()
+    decisive_agent = steps[decisive].agent if decisive is not None else None
+    speakers = {step.agent.casefold() for step in steps}
+    agent_share = 1 / len(speakers) if decisive_agent else None  # a random pick of a speaker
+    return TrailRecord.model_construct(
+        file=case.file,
+        subset=case.subset,
+        steps=n,
+        predicted_agent=None,
+        predicted_step=None,
+        predicted_span=None,
+        hit1=labelled / n,
+        hit1_high=(high / n) if case.high_spans else None,
+        hit3=1.0 - misses3,
+        decisive_step=decisive,
+        decisive_agent=decisive_agent,
+        agent_correct=agent_share,
+        step_correct=(1 / n) if decisive is not None else None,
+        decided=False,
+        seconds=0.0,
+    )
+
+
+TABLE_COLUMNS = ("hit@1", "HIGH", "hit@3", "agent", "step")
+
+
+def trail_table(rows: Sequence[TrailSummary], method: str) -> list[str]:
+    """The summaries as text lines (percentages), each subset's method row first; fits 80 columns."""
+    header = f"{'method':<14} {'subset':<10} {'traces':>6} " + " ".join(
+        f"{name:>6}" for name in TABLE_COLUMNS
+    )
+    lines = [header]
+    for row in sorted(rows, key=lambda r: (r.subset, r.name != method)):
+        cells = [_percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
+        lines.append(f"{row.name:<14} {row.subset:<10} {row.traces:>6} " + " ".join(f"{c:>6}" for c in cells))
+    return lines
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
