@@ -167,9 +167,10 @@ def test_a_blame_replayed_after_a_sigkill_is_written_once(tmp_path: Path) -> Non
         for n in range(4)
     ]
     trace_ids = {f"{trace[0].context.trace_id:032x}" for trace in traces}
+    counting = {"OTEL_BLAME_ALERTING__COUNT_UNDECIDED": "true"}  # every blame on the culprit counters
     with RecordingOTLPSink() as sink:
         sink.set_available(False)  # the downstream is down: the blamed traces wait in the log
-        process = _serve(wal, sink.endpoint)
+        process = _serve(wal, sink.endpoint, **counting)
         try:
             _send(_endpoint(process), traces)
             store = open_store(StoreConfig(), wal_dir=wal)
@@ -180,7 +181,7 @@ def test_a_blame_replayed_after_a_sigkill_is_written_once(tmp_path: Path) -> Non
         finally:
             _kill(process)
         sink.set_available(True)
-        restarted = _serve(wal, sink.endpoint)
+        restarted = _serve(wal, sink.endpoint, **counting)
         try:
             _endpoint(restarted)
             _until(lambda: _blamed_roots(sink) >= trace_ids, 30, "the replayed traces delivered, blamed")
