@@ -19,8 +19,6 @@ Whether a trace is blamed at all is decided in ONE place, :func:`blame_or_not`.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from otel_blame.processor.config import AttributionConfig, CrossRunConfig, Detec
 from otel_blame.processor.decision import NOT_FAILED, FailureDetector, TraceDecision
 from otel_blame.processor.enricher import BlameEnricher, EvaluationEvent
 from otel_blame.processor.jobs import StoredJobReader
+from otel_blame.processor.lifeline import end_with
 from otel_blame.redaction import Redactor, redact_trajectory
 from otel_blame.trajectory import Outcome, Trajectory
 
@@ -286,18 +285,7 @@ def start_worker(
     _detector = FailureDetector(detection)
     _jobs = StoredJobReader(wal_path) if wal_path is not None else None
     _concluding = concluding
-    threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True).start()
-
-
-def _exit_with(pid: int) -> None:
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-        except PermissionError:
-            pass  # alive, another user's (cannot be ours, but never exit on a doubt)
+    end_with(processor_pid)
 
 
 def run_job(job: AnalysisJob) -> Analysis:

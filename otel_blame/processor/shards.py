@@ -29,7 +29,6 @@ import multiprocessing
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -41,6 +40,7 @@ from otel_blame.processor.counters import Counters
 from otel_blame.processor.decision import FailureDetector
 from otel_blame.processor.errors import Accepted
 from otel_blame.processor.ingest import Ingest
+from otel_blame.processor.lifeline import end_with
 from otel_blame.processor.stage import Consumer
 from otel_blame.processor.wal import KIND_LOGS, KIND_TRACES, SharedBytes, WriteAheadLog
 
@@ -343,8 +343,7 @@ def shard_main(
     ingest.accepting = True
     receiver.start()
     outbox.put(("ready", receiver.port))
-    watch = threading.Thread(target=_exit_with, args=(processor_pid,), name="otel-blame-watch", daemon=True)
-    watch.start()
+    end_with(processor_pid)
     while True:
         try:
             message = connection.recv()
@@ -377,14 +376,3 @@ def _shard_stats(counters: Counters, wal: WriteAheadLog) -> dict[str, int]:
         log_append_commits=wal.append_commits,
     )
     return stats
-
-
-def _exit_with(pid: int) -> None:
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            os._exit(0)
-        except PermissionError:
-            pass
