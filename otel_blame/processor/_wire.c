@@ -221,59 +221,55 @@ static uint8_t *write_header(uint8_t *out, const Header *header) {
     return out;
 }
 
+/* The encoded size of a length-delimited field of `size` bytes (its tag is one byte). */
+static Py_ssize_t framed(Py_ssize_t size) { return 1 + varint_size((uint64_t)size) + size; }
+
+/* The run of a group's spans from `from` (before `limit`) under one scope: the size of its
+ * ScopeSpans; *end is set past the run. */
+static Py_ssize_t scope_run(const Group *group, Py_ssize_t from, Py_ssize_t limit, const Header *scopes,
+                            Py_ssize_t *end) {
+    Py_ssize_t scope = group->spans[from].scope;
+    Py_ssize_t size = header_size(&scopes[scope]);
+    Py_ssize_t i = from;
+    for (; i < limit && group->spans[i].scope == scope; i++) size += framed(group->spans[i].span.n);
+    *end = i;
+    return size;
+}
+
+/* The run of a group's spans from `from` under one resource: the size of its ResourceSpans; *end is
+ * set past the run. Spans are in request order, so runs of one resource / one scope are adjacent. */
+static Py_ssize_t resource_run(const Group *group, Py_ssize_t from, const Header *resources, const Header *scopes,
+                               Py_ssize_t *end) {
+    Py_ssize_t resource = group->spans[from].resource;
+    Py_ssize_t size = header_size(&resources[resource]);
+    Py_ssize_t i = from;
+    while (i < group->count && group->spans[i].resource == resource) {
+        size += framed(scope_run(group, i, group->count, scopes, &i));
+    }
+    *end = i;
+    return size;
+}
+
 /* The payload of one group: its spans under copies of their resources' and scopes' fields. */
 static PyObject *group_payload(const Group *group, const Header *resources, const Header *scopes) {
-    /* pass 1: sizes; spans are in request order, so runs of one resource / one scope are adjacent */
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < group->count;) {
-        Py_ssize_t resource = group->spans[i].resource;
-        Py_ssize_t resource_size = header_size(&resources[resource]);
-        while (i < group->count && group->spans[i].resource == resource) {
-            Py_ssize_t scope = group->spans[i].scope;
-            Py_ssize_t scope_size = header_size(&scopes[scope]);
-            while (i < group->count && group->spans[i].scope == scope) {
-                Py_ssize_t n = group->spans[i].span.n;
-                scope_size += 1 + varint_size((uint64_t)n) + n;
-                i++;
-            }
-            resource_size += 1 + varint_size((uint64_t)scope_size) + scope_size;
-        }
-        total += 1 + varint_size((uint64_t)resource_size) + resource_size;
-    }
+    Py_ssize_t total = 0, end;
+    for (Py_ssize_t i = 0; i < group->count; i = end) total += framed(resource_run(group, i, resources, scopes, &end));
     PyObject *payload = PyBytes_FromStringAndSize(NULL, total);
     if (payload == NULL) return NULL;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(payload);
-    /* pass 2: write (sizes computed again, run by run, as in pass 1) */
     for (Py_ssize_t i = 0; i < group->count;) {
-        Py_ssize_t resource = group->spans[i].resource;
-        Py_ssize_t resource_size = header_size(&resources[resource]);
-        Py_ssize_t j = i;
-        while (j < group->count && group->spans[j].resource == resource) {
-            Py_ssize_t scope = group->spans[j].scope;
-            Py_ssize_t scope_size = header_size(&scopes[scope]);
-            while (j < group->count && group->spans[j].scope == scope) {
-                Py_ssize_t n = group->spans[j].span.n;
-                scope_size += 1 + varint_size((uint64_t)n) + n;
-                j++;
-            }
-            resource_size += 1 + varint_size((uint64_t)scope_size) + scope_size;
-        }
+        Py_ssize_t resource_end;
+        Py_ssize_t resource_size = resource_run(group, i, resources, scopes, &resource_end);
         *out++ = 0x0a; /* ExportTraceServiceRequest.resource_spans */
         out = write_varint(out, (uint64_t)resource_size);
-        out = write_header(out, &resources[resource]);
-        while (i < j) {
-            Py_ssize_t scope = group->spans[i].scope;
-            Py_ssize_t scope_size = header_size(&scopes[scope]);
-            Py_ssize_t k = i;
-            while (k < j && group->spans[k].scope == scope) {
-                Py_ssize_t n = group->spans[k].span.n;
-                scope_size += 1 + varint_size((uint64_t)n) + n;
-                k++;
-            }
+        out = write_header(out, &resources[group->spans[i].resource]);
+        while (i < resource_end) {
+            Py_ssize_t scope_end;
+            Py_ssize_t scope_size = scope_run(group, i, resource_end, scopes, &scope_end);
             *out++ = 0x12; /* ResourceSpans.scope_spans */
             out = write_varint(out, (uint64_t)scope_size);
-            out = write_header(out, &scopes[scope]);
-            for (; i < k; i++) {
+            out = write_header(out, &scopes[group->spans[i].scope]);
+            for (; i < scope_end; i++) {
                 Py_ssize_t n = group->spans[i].span.n;
                 *out++ = 0x12; /* ScopeSpans.spans */
                 out = write_varint(out, (uint64_t)n);
