@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.baselines import positional_baselines
+from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
@@ -78,7 +79,7 @@ def score_case(
         predicted_step=attribution.step,
         mistake_agent=case.mistake_agent,
         mistake_step=case.mistake_step,
-        agent_correct=attribution.agent == case.mistake_agent,
+        agent_correct=same_agent(attribution.agent, case.mistake_agent),
         step_correct=attribution.step == case.mistake_step,
         llm_calls=cost.llm_calls,
         input_tokens=cost.input_tokens,
@@ -197,7 +198,7 @@ def evaluate_baselines(
             tally = hits.setdefault((name, case.subset), [0.0, 0.0, 0.0])
             weight = 1.0 / random_seeds if name == "random" else 1.0
             tally[0] += weight
-            tally[1] += weight * (answer.agent == case.mistake_agent)
+            tally[1] += weight * same_agent(answer.agent, case.mistake_agent)
             tally[2] += weight * (answer.step == case.mistake_step)
     descriptions = {baseline.name: baseline.description for baseline in baselines}
     descriptions["random"] = f"a uniformly random agent and step (mean of {random_seeds} seeds)"

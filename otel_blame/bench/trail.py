@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.baselines import POSITIONAL_RULES
+from otel_blame.attribution.known_answer import agent_key, same_agent
 from otel_blame.attribution.result import Attribution
 from otel_blame.loaders import load_trajectory
 from otel_blame.trajectory import Trajectory
@@ -170,7 +171,7 @@ def score_trail_case(case: TrailCase, attribution: Attribution | None, seconds: 
         hit3=any(found in case.labelled_spans for found in top3),
         decisive_step=decisive,
         decisive_agent=decisive_agent,
-        agent_correct=(attribution.agent.casefold() == decisive_agent.casefold()) if decisive_agent else None,
+        agent_correct=same_agent(attribution.agent, decisive_agent) if decisive_agent else None,
         step_correct=(attribution.step == decisive) if decisive is not None else None,
         decided=attribution.decided,
         seconds=round(seconds, 6),
@@ -288,7 +289,7 @@ def _random_expectation(case: TrailCase) -> TrailRecord:
         misses3 *= max(0.0, (n - labelled - k) / (n - k))
     decisive = case.decisive_step()
     decisive_agent = steps[decisive].agent if decisive is not None else None
-    speakers = {step.agent.casefold() for step in steps}
+    speakers = {agent_key(step.agent) for step in steps}
     agent_share = 1 / len(speakers) if decisive_agent else None  # a random pick of a speaker
     return TrailRecord.model_construct(
         file=case.file,
