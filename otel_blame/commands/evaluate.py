@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
@@ -22,6 +22,8 @@ from otel_blame.commands.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from otel_blame.attribution.base import AttributionMethod
     from otel_blame.attribution.registry import Escalation
     from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
@@ -133,44 +135,21 @@ def eval_command(
             f"{', '.join(unknown)}: not a Who&When subset; choose from {', '.join(SUBSETS)}",
             param_hint="--subset",
         )
-    from otel_blame.attribution.base import AttributionError
     from otel_blame.bench.evaluate import (
-        PredictionRecord,
         evaluate,
         evaluate_baselines,
         select_files,
         summarise,
     )
-    from otel_blame.loaders import TrajectoryFormatError
 
     try:
         files = select_files(dataset_dir, subsets or SUBSETS, limit)
     except FileNotFoundError as error:
         raise click.ClickException(str(error)) from None
     method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with out_path.open("w", encoding="utf-8") as out:
-
-        def write(record: PredictionRecord, error: AttributionError | None) -> None:
-            out.write(json.dumps(record.model_dump()) + "\n")
-            out.flush()
-            if error is not None:
-                errors.append(f"{record.file}: {error}")
-
-        with click.progressbar(
-            files,
-            label=method.name,
-            file=sys.stderr,
-            show_pos=True,
-            item_show_func=lambda p: p and p.name,
-        ) as bar:
-            try:
-                records = evaluate(method, dataset_dir, bar, on_record=write)
-            except TrajectoryFormatError as error:
-                raise click.ClickException(str(error)) from None
-    for line in errors[:10]:
-        click.echo(f"unanswered: {line}", err=True)
+    records = _predict_each(
+        files, method.name, out_path, lambda bar, write: evaluate(method, dataset_dir, bar, on_record=write)
+    )
     summaries = summarise(records)
     _print_summaries(summaries)
     _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
@@ -182,9 +161,7 @@ def _eval_trail(
 ) -> None:
     """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
     error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
-    from otel_blame.attribution.base import AttributionError
     from otel_blame.bench.trail import (
-        TrailRecord,
         evaluate_trail,
         summarise_trail,
         trail_baselines,
@@ -202,29 +179,63 @@ def _eval_trail(
         if not files:
             raise click.ClickException(f"no traces of subset {', '.join(subsets)} under {dataset_dir}/traces")
     method_name = method.name
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with out_path.open("w", encoding="utf-8") as out:
-
-        def write(record: TrailRecord, error: AttributionError | None) -> None:
-            out.write(json.dumps(record.model_dump()) + "\n")
-            out.flush()
-            if error is not None:
-                errors.append(f"{record.file}: {error}")
-
-        with click.progressbar(
-            files, label=method_name, file=sys.stderr, show_pos=True, item_show_func=lambda p: p and p.name
-        ) as bar:
-            try:
-                records = evaluate_trail(method, dataset_dir, bar, on_record=write)
-                baselines = trail_baselines(dataset_dir, files)
-            except TrajectoryFormatError as error:
-                raise click.ClickException(str(error)) from None
-    for line in errors[:10]:
-        click.echo(f"unanswered: {line}", err=True)
+    records = _predict_each(
+        files,
+        method_name,
+        out_path,
+        lambda bar, write: evaluate_trail(method, dataset_dir, bar, on_record=write),
+    )
+    try:
+        baselines = trail_baselines(dataset_dir, files)
+    except TrajectoryFormatError as error:
+        raise click.ClickException(str(error)) from None
     rows = summarise_trail(records, name=method_name) + baselines
     click.echo("span-level labels (%): hit@1, hit@1 on HIGH-impact errors, hit@3; agent and")
     click.echo("step of the earliest HIGH-impact error (TRAIL's closest to a decisive step)")
     for line in trail_table(rows, method_name):
         click.echo(line)
     click.echo(f"predictions: {out_path}")
+
+
+class _Record(Protocol):
+    """A scored file: a Who&When prediction or a TRAIL record."""
+
+    file: str
+
+    def model_dump(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=_Record)
+
+
+def _predict_each(
+    files: list[Path],
+    label: str,
+    out_path: Path,
+    predict: Callable[[Iterable[Path], Callable[[R, Exception | None], None]], list[R]],
+) -> list[R]:
+    """``predict`` over ``files`` behind a progress bar on stderr, each record written to ``out_path``
+    (JSON lines) as it comes, so a long run interrupted keeps what it scored; the first ten files the
+    method could not answer are named on stderr."""
+    from otel_blame.loaders import TrajectoryFormatError
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with out_path.open("w", encoding="utf-8") as out:
+
+        def write(record: R, error: Exception | None) -> None:
+            out.write(json.dumps(record.model_dump()) + "\n")
+            out.flush()
+            if error is not None:
+                errors.append(f"{record.file}: {error}")
+
+        with click.progressbar(
+            files, label=label, file=sys.stderr, show_pos=True, item_show_func=lambda p: p and p.name
+        ) as bar:
+            try:
+                records = predict(bar, write)
+            except TrajectoryFormatError as error:
+                raise click.ClickException(str(error)) from None
+    for line in errors[:10]:
+        click.echo(f"unanswered: {line}", err=True)
+    return records
