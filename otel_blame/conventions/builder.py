@@ -441,7 +441,7 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         found[:] = [item for item in found if all(item is not other for other in carried)]
         is_error = _is_error(view) or any(item.is_error for item in carried)
         found.append(_Found(view, StepKind.MESSAGE, content, role, is_error=is_error))
-    found.extend(_group_results(graph, resolver, found))
+    found.extend(_group_results(graph, found))
     enclosing_ids = _enclosing(graph, found)
     for item in found:
         item.at_end = item.at_end or item.view.span_id in enclosing_ids
@@ -449,18 +449,18 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
     return found
 
 
-def _group_results(graph: TraceGraph, resolver: AgentResolver, found: list[_Found]) -> list[_Found]:
+def _group_results(graph: TraceGraph, found: list[_Found]) -> list[_Found]:
     """What grouping spans add: their action's result or error, where no step below them has it."""
     by_span = {item.view.span_id: item for item in found}
     out = []
     for view in graph.views:
         if view.kind != Kind.GROUP or graph.parent(view) is None:
             continue
-        below = [by_span[d.span_id] for d in graph.descendants(view) if d.span_id in by_span]
-        calls = [by_span[c.span_id] for c in graph.children.get(view.span_id, []) if c.kind == Kind.LLM]
-        calls = [item for item in calls if item.view.span_id in by_span]
+        children = graph.children.get(view.span_id, [])
+        calls = [by_span[c.span_id] for c in children if c.kind == Kind.LLM and c.span_id in by_span]
         if not calls:
-            continue  # a chain around other spans (a graph, a node's sub-steps), not one step of an agent
+            continue  # a chain around other spans (a graph, a node's sub-steps, a tool's own model call)
+        below = [by_span[d.span_id] for d in graph.descendants(view) if d.span_id in by_span]
         called = _TOOL_CALL.search(calls[0].content)
         kind, tool_name = (StepKind.TOOL, called.group(1)) if called else (StepKind.CODE_EXECUTION, None)
         result = first(CONVENTIONS, "observation", view)

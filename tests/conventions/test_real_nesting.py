@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+from itertools import count
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,31 @@ def test_a_tool_called_with_an_argument_it_does_not_take_is_the_callers_fault_no
     assert not [f for f in trajectory.dependency_failures if f.step == page_down.index]
     verdict = create_method("ranker").attribute(trajectory)
     assert verdict.category != "dependency" and verdict.dependency is None
+
+
+def test_a_chain_with_a_model_call_inside_a_tool_is_read_as_the_tools() -> None:
+    """A tool that runs a chain of its own (LangChain's tools do): the chain's model call is the tool's
+    work, not a step, and the chain around it adds nothing (this shape raised a KeyError once)."""
+    t = st.Tree()
+    summary = "A summary of the page."
+    chain = t.span("summarise", "CHAIN", t.llm(summary), output__value=summary)
+    tool = t.tool("VisitTool", "visit_page", {"url": "https://example.com"}, summary)
+    tool["child_spans"].append(chain)
+    chain["parent_span_id"] = tool["span_id"]
+    agent = t.span(
+        "ToolCallingAgent.run",
+        "AGENT",
+        t.llm(calls=[("visit_page", {"url": "https://example.com"})]),
+        tool,
+        t.llm("The page says it is a summary."),
+        input__value=json.dumps({"task": "Read the page."}),
+    )
+    st.stamp(agent, count(0))
+    trajectory = _built({"trace_id": st.TRACE_ID, "spans": [agent]}).trajectory
+    names = _names({"spans": [agent]})
+    assert [names[step.span_id] for step in trajectory.steps] == [
+        "LiteLLMModel.__call__",
+        "VisitTool",
+        "LiteLLMModel.__call__",
+    ]
+    assert trajectory.steps[1].content == summary
