@@ -238,9 +238,7 @@ class AnalysisStage:
         with only its row's id. A job the log cannot take leaves its trace forwarded all the same,
         its blame then kept in memory only (counted)."""
         self._counters.add("forwarded_before_analysis")
-        body = encode_job(
-            trace.trace_id, trace.decision, b"".join(trace.span_payloads), b"".join(trace.log_payloads)
-        )
+        body = encode_job(trace.trace_id, trace.decision, trace.span_payloads, trace.log_payloads)
 
         def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread
             self._out.consume(Analysed(trace, Handling.DEFERRED))
