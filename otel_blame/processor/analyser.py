@@ -292,7 +292,7 @@ class AnalysisStage:
                 self._pending += 1
                 self._failed_pending += 1
         job = _job(trace, decision, stored_row=job_row, late=late)
-        self._dispatcher.put(_Scheduled(trace, job, late, False, job_row))
+        self._dispatcher.put(_Scheduled(trace, job, observing=False))
 
     def _dispatch(self, batch: list[_Scheduled]) -> None:
         """Hand the jobs that waited to the pool in one task, once a worker is (about to be) free."""
@@ -309,7 +309,7 @@ class AnalysisStage:
                 return
         for scheduled in batch:  # not analysed: as before its analysis was asked for (a job stays in the log)
             self._done(failed=not scheduled.observing)
-            if not scheduled.late and not scheduled.observing:
+            if not scheduled.job.late and not scheduled.observing:
                 self._out.consume(Analysed(scheduled.trace, Handling.UNCHANGED))
 
     def _collect(self, batch: list[_Scheduled], done: Future[list[Analysis | Exception]]) -> None:
@@ -342,7 +342,7 @@ class AnalysisStage:
             self._counters.add("cross_run_skipped_traces")
             self._out.consume(Analysed(trace, Handling.OBSERVED))
             return
-        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), False, True, 0))
+        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), observing=True))
 
     # -- results ---------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
@@ -350,9 +350,9 @@ class AnalysisStage:
             scheduled, result = item
             trace, late, observing, job_row = (
                 scheduled.trace,
-                scheduled.late,
+                scheduled.job.late,
                 scheduled.observing,
-                scheduled.job_row,
+                scheduled.job.stored_row,
             )
             if self._closed.is_set():  # stopped before it finished: its rows (and job) stay in the log
                 self._done(failed=not observing)
@@ -492,13 +492,12 @@ _MAX_JOBS_A_TRIP = 16
 
 @dataclass(frozen=True, slots=True)
 class _Scheduled:
-    """A job waiting for a worker, and what to do with its analysis."""
+    """A job waiting for a worker, and what to do with its analysis (``job.late``; ``job.stored_row``:
+    a deferred job's log row, 0 for none)."""
 
     trace: BufferedTrace
     job: AnalysisJob
-    late: bool
     observing: bool  # only a success's trajectory, for the cross-run statistics
-    job_row: int  # a deferred job's log row (0: none)
 
 
 def _job(
