@@ -78,10 +78,14 @@ class Analysed:
     trace: BufferedTrace
     handling: Handling
     analysis: Analysis | None = None
-    attribution: Attribution | None = None  # the final blame (cross-run weighed, described)
     late: bool = False  # the trace went out already: its blame goes as a late ``blame {agent}`` span
     job_row: int = 0  # its deferred job's log row: released once the blame is kept (or there is none)
-    blamed: Blamed | None = None  # the concluded blame (with ``attribution``): what it writes
+    blamed: Blamed | None = None  # the concluded blame: what it writes
+
+    @property
+    def attribution(self) -> Attribution | None:
+        """The final blame (cross-run weighed, described), if there is one."""
+        return self.blamed.attribution if self.blamed is not None else None
 
 
 def analysis_workers(config: ProcessorConfig) -> int:
@@ -434,8 +438,7 @@ class AnalysisStage:
             )
             if blamed.attribution.step != analysis.attribution.step:
                 self._counters.add("cross_run_changed_verdicts")
-        attribution = blamed.attribution if blamed is not None else None
-        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late, job_row, blamed)
+        return Analysed(trace, Handling.ANALYSED, analysis, late, job_row, blamed)
 
     def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
         if self._cross_run is None or analysis.trajectory is None:
