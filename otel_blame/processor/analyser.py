@@ -244,7 +244,7 @@ class AnalysisStage:
         self._counters.add("forwarded_before_analysis")
         body = encode_job(trace.trace_id, trace.decision, trace.span_payloads, trace.log_payloads)
 
-        def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread
+        def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread (or below)
             self._out.consume(Analysed(trace, Handling.DEFERRED))
             if error is not None:
                 self._unkept_job(trace, error)
@@ -256,9 +256,8 @@ class AnalysisStage:
             self._failed_pending += 1
         try:
             self._wal.append_then(KIND_ANALYSIS, body, 1, stored)
-        except (WALFull, WALClosed) as error:
-            self._out.consume(Analysed(trace, Handling.DEFERRED))
-            self._unkept_job(trace, error)
+        except (WALFull, WALClosed) as error:  # refused at once: ``stored`` is not called by the log
+            stored(0, error)
 
     def _unkept_job(self, trace: BufferedTrace, error: BaseException) -> None:
         self._counters.add("analysis_jobs_not_kept")
