@@ -249,7 +249,10 @@ class AnalysisStage:
             if error is not None:
                 self._unkept_job(trace, error)
                 return
-            self._schedule(_without_payloads(trace), trace.decision, late=True, job_row=row, counted=True)
+            waiting = _deferred_trace(
+                trace.trace_id, trace.first_seen, trace.last_seen, replayed=trace.replayed
+            )
+            self._schedule(waiting, trace.decision, late=True, job_row=row, counted=True)
 
         with self._lock:  # waiting from now on, so that the next failed trace sees the backlog
             self._pending += 1
@@ -267,7 +270,7 @@ class AnalysisStage:
     def resume(self, trace_id: bytes, decision: TraceDecision, job_row: int) -> None:
         """A deferred job left in the log by an earlier run (replayed on start): analyse it now; its
         trace went out already, so its blame goes as a late span."""
-        trace = BufferedTrace(trace_id, 0.0, 0.0, has_root=True, has_agent=True, replayed=True)
+        trace = _deferred_trace(trace_id, 0.0, 0.0, replayed=True)  # seen by an earlier run only
         self._schedule(trace, decision, late=True, job_row=job_row)
 
     def consume_late(self, trace: BufferedTrace, decision: TraceDecision) -> None:
@@ -510,8 +513,8 @@ def _job(
     stored_row: int = 0,
     late: bool = False,
 ) -> AnalysisJob:
-    if stored_row:  # the worker reads the payloads from the log
-        return AnalysisJob(trace.trace_id, (), (), decision, time.monotonic(), attribute, stored_row, late)
+    """The trace's job (a deferred one's ``trace`` holds no payloads: the worker reads them from
+    the log's ``stored_row``)."""
     return AnalysisJob(
         trace.trace_id,
         tuple(trace.span_payloads),
@@ -519,17 +522,11 @@ def _job(
         decision,
         time.monotonic(),
         attribute,
-        late=late,
+        stored_row,
+        late,
     )
 
 
-def _without_payloads(trace: BufferedTrace) -> BufferedTrace:
+def _deferred_trace(trace_id: bytes, first_seen: float, last_seen: float, *, replayed: bool) -> BufferedTrace:
     """What a deferred job holds of its trace while it waits: its id (the payloads are in the log)."""
-    return BufferedTrace(
-        trace.trace_id,
-        trace.first_seen,
-        trace.last_seen,
-        has_root=True,
-        has_agent=True,
-        replayed=trace.replayed,
-    )
+    return BufferedTrace(trace_id, first_seen, last_seen, has_root=True, has_agent=True, replayed=replayed)
