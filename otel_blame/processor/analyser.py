@@ -151,12 +151,12 @@ class AnalysisStage:
                 self._run_here = AttributionRunner(attribution, redactor)
                 log.info("analysis in %d threads: the redactor cannot go to worker processes", self.workers)
                 return ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
-        self._workers_conclude = self._cross_run is None  # else the evidence is read here first
-        if self._workers_conclude:
+        workers_conclude = self._cross_run is None  # else the evidence is read here first
+        if workers_conclude:
             try:
                 pickle.dumps(self._concluding)
             except Exception:  # an embedding's redaction hook or enricher: concluded here
-                self._workers_conclude = False
+                workers_conclude = False
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["otel_blame.processor.analysis"])
         pool = ProcessPoolExecutor(
@@ -169,7 +169,7 @@ class AnalysisStage:
                 sent,
                 os.getpid(),
                 self._wal.path,
-                self._concluding if self._workers_conclude else None,
+                self._concluding if workers_conclude else None,
             ),
         )
         # start them now rather than on the first failed trace (see wait_ready)
@@ -199,7 +199,6 @@ class AnalysisStage:
         self._warming = []
 
     _run_here: AttributionRunner | None = None
-    _workers_conclude = False
 
     @property
     def _concluding_there(self) -> Concluding | None:
