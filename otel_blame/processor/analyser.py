@@ -424,10 +424,11 @@ class AnalysisStage:
         blamed = analysis.blamed
         if analysis.status == ATTRIBUTED and blamed is None:
             assert analysis.trajectory is not None and analysis.attribution is not None
-            request = None
+            request, resource = None, None
             if not late:  # the trace's own spans carry the blame
                 request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
-            resource = Resource.FromString(analysis.resource) if analysis.resource else None
+            elif analysis.resource:  # a late blame span carries the root's resource
+                resource = Resource.FromString(analysis.resource)
             blamed = pure.conclude(
                 analysis.trajectory,
                 analysis.attribution,
