@@ -20,6 +20,7 @@ counts it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 
@@ -72,6 +73,7 @@ class AgentResolver:
         self.conventions = conventions
         self.graph = graph
         self._agent_names: dict[bytes, str | None] = {}
+        self._enclosing: dict[bytes, SpanView | None] = {}
         self.known: dict[str, None] = {}
         for view in graph.views:
             found = self.agent_span_name(view) if view.kind == Kind.AGENT else None
@@ -79,11 +81,28 @@ class AgentResolver:
             if found:
                 self.known.setdefault(found, None)
 
+    def enclosing_agent(self, view: SpanView) -> SpanView | None:
+        """The span's nearest agent ancestor (the span itself is not one of its ancestors)."""
+        if view.span_id not in self._enclosing:
+            self._enclosing[view.span_id] = next(
+                (a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None
+            )
+        return self._enclosing[view.span_id]
+
+    @functools.cached_property
+    def top_agent(self) -> SpanView | None:
+        """The earliest agent span with no agent span above it (the run the task was given to), found
+        only when asked: a trace that declares its task and outcome never needs it."""
+        tops = [
+            view
+            for view in self.graph.views
+            if view.kind == Kind.AGENT and self.enclosing_agent(view) is None
+        ]
+        return min(tops, key=lambda view: view.span.start_time_unix_nano) if tops else None
+
     def owner(self, view: SpanView) -> SpanView | None:
         """The agent span a step ran in: the span itself when it is one, else its nearest agent ancestor."""
-        if view.kind == Kind.AGENT:
-            return view
-        return next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        return view if view.kind == Kind.AGENT else self.enclosing_agent(view)
 
     def agent_span_name(self, view: SpanView) -> str | None:
         """An agent span's name: declared, else given by its manager, else its class."""
@@ -100,7 +119,7 @@ class AgentResolver:
     def _managed_name(self, view: SpanView) -> str | None:
         """The name the enclosing agent's run lists for the agent it manages that this span runs: the
         only one, or the one whose tools match, or the one whose name the sub-agent's task states."""
-        manager = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        manager = self.enclosing_agent(view)
         if manager is None:
             return None
         managed = next((found for c in self.conventions if (found := c.managed_agents(manager))), [])
@@ -130,7 +149,7 @@ class AgentResolver:
     def runs_apart(self, view: SpanView) -> bool:
         """An LLM span inside an agent span that ran in a graph node of another name: a sub-agent's
         call inside a workflow-wide agent span (OpenLLMetry wraps a whole LangGraph run in one)."""
-        agent = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        agent = self.enclosing_agent(view)
         if agent is None:
             return False
         node = self.hint(view)
