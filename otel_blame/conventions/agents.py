@@ -74,12 +74,19 @@ class AgentResolver:
         self.graph = graph
         self._agent_names: dict[bytes, str | None] = {}
         self._enclosing: dict[bytes, SpanView | None] = {}
-        self.known: dict[str, None] = {}
-        for view in graph.views:
+
+    @functools.cached_property
+    def known(self) -> dict[str, None]:
+        """Every agent name the trace declares, in span order: built only when a system prompt is read
+        for the agent's name, which few steps need."""
+        conventions = self.conventions
+        known: dict[str, None] = {}
+        for view in self.graph.views:
             found = self.agent_span_name(view) if view.kind == Kind.AGENT else None
             found = found or first(conventions, "agent_name", view) or first(conventions, "agent_hint", view)
             if found:
-                self.known.setdefault(found, None)
+                known.setdefault(found, None)
+        return known
 
     def enclosing_agent(self, view: SpanView) -> SpanView | None:
         """The span's nearest agent ancestor (the span itself is not one of its ancestors)."""
