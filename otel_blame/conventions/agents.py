@@ -153,13 +153,13 @@ class AgentResolver:
                 return found
         return None
 
-    def runs_apart(self, view: SpanView) -> bool:
-        """An LLM span inside an agent span that ran in a graph node of another name: a sub-agent's
-        call inside a workflow-wide agent span (OpenLLMetry wraps a whole LangGraph run in one)."""
+    def runs_apart(self, view: SpanView, node: str | None) -> bool:
+        """An LLM span inside an agent span that ran in a graph node (``node``, its :meth:`hint`) of
+        another name: a sub-agent's call inside a workflow-wide agent span (OpenLLMetry wraps a whole
+        LangGraph run in one)."""
         agent = self.enclosing_agent(view)
         if agent is None:
             return False
-        node = self.hint(view)
         return bool(node) and node != (
             self.agent_span_name(agent) or first(self.conventions, "agent_hint", agent)
         )
@@ -168,8 +168,10 @@ class AgentResolver:
         found = first(self.conventions, "agent_name", view)
         if found:
             return found
-        if view.kind == Kind.LLM and self.runs_apart(view):
-            return self.hint(view)
+        is_llm = view.kind == Kind.LLM
+        node = self.hint(view) if is_llm else None  # an LLM span's node, looked up once
+        if is_llm and self.runs_apart(view, node):
+            return node
         inside_agent = False
         for candidate in (view, *self.graph.ancestors(view)):
             if candidate.kind == Kind.AGENT:
@@ -182,7 +184,7 @@ class AgentResolver:
                 found = first(self.conventions, "agent_name", candidate)
                 if found:
                     return found
-        found = self.hint(view)
+        found = node if is_llm else self.hint(view)
         if found:
             return found
         if not inside_agent:
