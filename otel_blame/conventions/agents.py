@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .model import Convention, Kind, SpanView, TraceGraph
 
@@ -35,7 +36,9 @@ _METHOD_LIKE = re.compile(r"[.()]|^(chat|invoke_agent|execute_tool|text_completi
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]{0,63}$")
 
 
-def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> str | None:
+def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> Any:
+    """The first truthy answer the conventions give to ``ask`` about the span (a name, a list of
+    managed agents), else None."""
     for convention in conventions:
         found = getattr(convention, ask)(view)
         if found:
@@ -129,7 +132,7 @@ class AgentResolver:
         manager = self.enclosing_agent(view)
         if manager is None:
             return None
-        managed = next((found for c in self.conventions if (found := c.managed_agents(manager))), [])
+        managed: list[tuple[str, str]] = first(self.conventions, "managed_agents", manager) or []
         if len(managed) == 1:
             return managed[0][0]
         if not managed:
