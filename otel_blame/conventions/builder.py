@@ -415,7 +415,9 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         # an agent's message that carries its tools' output (AG2 replies with the execution result)
         # is the step; the tool steps it carries say nothing new, but their errors mark it
         carried = [item for item in own if item.content.strip() and item.content.strip() in content]
-        found[:] = [item for item in found if all(item is not other for other in carried)]
+        if carried:
+            carried_ids = {id(item) for item in carried}
+            found[:] = [item for item in found if id(item) not in carried_ids]
         is_error = _is_error(view) or any(item.is_error for item in carried)
         found.append(_Found(view, StepKind.MESSAGE, content, role, is_error=is_error))
     found.extend(_group_results(graph, found))
