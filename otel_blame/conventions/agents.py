@@ -48,10 +48,7 @@ def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> Any:
 
 def _declared_name(conventions: Sequence[Convention], view: SpanView) -> str | None:
     """The name an agent span declares: an attribute, the name in its span name, or a plain span name."""
-    found = first(conventions, "agent_name", view)
-    if found or view.kind != Kind.AGENT:
-        return found
-    found = first(conventions, "agent_span_name", view)
+    found = first(conventions, "agent_name", view) or first(conventions, "agent_span_name", view)
     if found:
         return found
     name = view.span.name.strip()

@@ -43,11 +43,10 @@ from .ours import Ours, is_declared_step
 from .text import text
 from .traceloop import Traceloop
 
-_GENAI = GenAI()
 # Asked in this order; the first answer wins (GenAI's log records come after every attribute).
 CONVENTIONS: tuple[Convention, ...] = (
     Ours(),
-    _GENAI,
+    GenAI(),
     AG2(),
     OpenInference(),
     Traceloop(),
@@ -287,7 +286,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
     # steps: other instrumentations' spans in the same trace (AG2's own tracing, OpenInference on the
     # same LangGraph app, LLM client spans) describe the same messages again.
     if any(is_declared_step(view) for view in graph.views):
-        found = _declared_steps(graph, root)
+        found = _declared_steps(graph)
     else:
         found = _nested_steps(graph, root, resolver)
     if not found:
@@ -341,7 +340,7 @@ def _step_kind(view: SpanView) -> StepKind:
     return {Kind.TOOL: StepKind.TOOL, Kind.CODE: StepKind.CODE_EXECUTION}.get(view.kind, StepKind.MESSAGE)  # type: ignore[arg-type]
 
 
-def _declared_steps(graph: TraceGraph, root: SpanView | None) -> list[_Found]:
+def _declared_steps(graph: TraceGraph) -> list[_Found]:
     """Our own instrumentation's numbered steps, in the order it numbered them."""
     found = []
     for view in graph.views:
