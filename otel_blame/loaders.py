@@ -239,29 +239,23 @@ def _is_tree_span(item: Any) -> bool:
     return isinstance(item, Mapping) and "span_id" in item and ("child_spans" in item or "span_name" in item)
 
 
-def _trajectory_and_spans_from_otlp_json(
-    text: str, source: str | None = None
-) -> tuple[Trajectory, list[Any]]:
+def _otlp_json_spans(text: str, source: str) -> tuple[list[Any], list[Any]]:
+    """The resource spans and resource logs of OTLP/JSON text (one document or JSON lines)."""
     from otel_blame import otlp_json
 
     try:
         documents = list(otlp_json.iter_json_documents(text))
     except otlp_json.OTLPJSONError as error:
-        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
+        raise TrajectoryFormatError(f"{source}: {error}") from None
     # Jaeger's API wraps each chunk of the answer as {"result": {...}}
     unwrapped = [
         doc["result"] if isinstance(doc, Mapping) and isinstance(doc.get("result"), Mapping) else doc
         for doc in documents
     ]
     try:
-        resource_spans, resource_logs = otlp_json.parse_otlp_json(
-            "\n".join(json.dumps(doc) for doc in unwrapped)
-        )
+        return otlp_json.parse_otlp_json("\n".join(json.dumps(doc) for doc in unwrapped))
     except otlp_json.OTLPJSONError as error:
-        raise TrajectoryFormatError(f"{source or 'input'}: {error}") from None
-    trajectory = _one_trace(resource_spans, resource_logs, source or "input")
-    trajectory = trajectory.model_copy(update={"source": source}) if source else trajectory
-    return trajectory, list(resource_spans)
+        raise TrajectoryFormatError(f"{source}: {error}") from None
 
 
 def _one_trace(resource_spans: list[Any], resource_logs: list[Any], source: str) -> Trajectory:
@@ -487,14 +481,18 @@ def _from_span_tree(data: Any, source: str) -> tuple[Trajectory, dict[str, Any]]
         resource_spans = span_tree_to_otlp(data)
     except SpanTreeError as error:
         raise TrajectoryFormatError(f"{source}: {error}") from None
-    trajectory = _one_trace(resource_spans, [], source)
-    trajectory = trajectory.model_copy(update={"source": source})
-    recorded, scores = recorded_blame(resource_spans, trajectory)
-    return trajectory, {"recorded": recorded, "recorded_scores": scores}
+    return _from_spans(resource_spans, [], source)
 
 
 def _from_otlp(text: str, source: str) -> tuple[Trajectory, dict[str, Any]]:
-    trajectory, resource_spans = _trajectory_and_spans_from_otlp_json(text, source)
+    return _from_spans(*_otlp_json_spans(text, source), source)
+
+
+def _from_spans(
+    resource_spans: list[Any], resource_logs: list[Any], source: str
+) -> tuple[Trajectory, dict[str, Any]]:
+    """A file's one trace with the blame already recorded on its spans."""
+    trajectory = _one_trace(resource_spans, resource_logs, source).model_copy(update={"source": source})
     recorded, scores = recorded_blame(resource_spans, trajectory)
     return trajectory, {"recorded": recorded, "recorded_scores": scores}
 

@@ -1,4 +1,5 @@
-"""Text fitted to a width: names cut at a word, not inside one; sentences wrapped.
+"""Text fitted to a width (the terminal's, from :func:`columns`): names cut at a word, not inside one;
+sentences wrapped.
 
 Used by the terminal surfaces (``otel-blame attribute``, ``top``, ``demo``, ``inject``), which must
 read at 80 columns. Pure standard library, so a command can import it without slowing its start
@@ -8,12 +9,19 @@ read at 80 columns. Pure standard library, so a command can import it without sl
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 
 TERMINAL_COLUMNS = 80  # what every CLI output fits when the terminal does not say
 # where a name may be cut: after a separator, or before an upper-case letter that follows a lower-case
 # one ("Validation_Expert", "gaia-annotation-expert", "WebSurfer")
 _BOUNDARY = re.compile(r"(?<=[\s_\-./:])|(?<=[a-z])(?=[A-Z])")
+
+
+def columns(cap: int | None = None) -> int:
+    """The terminal's width (``TERMINAL_COLUMNS`` when it does not say), at most ``cap`` when given."""
+    width = shutil.get_terminal_size((TERMINAL_COLUMNS, 24)).columns
+    return width if cap is None else min(width, cap)
 
 
 def fit_name(name: str, width: int) -> str:

@@ -225,11 +225,9 @@ def _print_table(
     names whole up to what the width allows and then cut at a word. Plain columns styled with
     click (loaded already), not a table library: this command answers within ten interpreter
     starts on a small file (docs/benchmarks.md, "CLI start-up")."""
-    import shutil
+    from otel_blame.terminal import columns, fit_name
 
-    from otel_blame.terminal import fit_name
-
-    width = shutil.get_terminal_size((80, 24)).columns
+    width = columns()
     trajectory = run.trajectory
     click.echo(click.style("file:", bold=True) + "       " + str(file))
     label_width = 12  # "annotation: "

@@ -23,13 +23,14 @@ from pathlib import Path
 import click
 
 STORE_FILE = "blame-store.sqlite3"
+_TABLE_CAP = 100  # the demo's lines and tables are no wider than this on a wide terminal
 
 
 def _step(message: str) -> None:
     """One step of the demo, wrapped to the terminal's width under its arrow."""
-    from otel_blame.terminal import wrap
+    from otel_blame.terminal import columns, wrap
 
-    lines = wrap(message, _columns() - 4).splitlines() or [""]
+    lines = wrap(message, columns(_TABLE_CAP) - 4).splitlines() or [""]
     click.echo(click.style("==> ", fg="cyan", bold=True) + lines[0])
     for line in lines[1:]:
         click.echo("    " + line)
@@ -48,11 +49,6 @@ def _kept_before(path: Path) -> tuple[int, int]:
         return total, uploads
     finally:
         store.close()
-
-
-def _columns() -> int:
-    """The terminal's width, for the tables (80 when it does not say; at most 100)."""
-    return min(shutil.get_terminal_size((80, 24)).columns, 100)
 
 
 def serve_ui(store_path: Path, host: str, port: int, first_trace: str | None) -> None:
@@ -121,6 +117,7 @@ def demo(
     )
     from otel_blame.demo.scenario import TASKS, DemoTask, TaskRunResult
     from otel_blame.demo.span_recorder import RecordingOTLPSink
+    from otel_blame.terminal import columns
 
     if importlib.util.find_spec("autogen") is None:
         raise DemoError("the demo's app is an AG2 group chat: pip install 'otel-blame[autogen]'")
@@ -210,7 +207,7 @@ def demo(
                 click.style(f"trace {result.trace_id} ({result.task.name}): no blame arrived", fg="red")
             )
             continue
-        click.echo(format_blame_table(blame, result.task, _columns()))
+        click.echo(format_blame_table(blame, result.task, columns(_TABLE_CAP)))
         if jaeger_url is not None:
             click.echo(f"  in Jaeger: {jaeger_url.rstrip('/')}/trace/{result.trace_id}")
         elif result.trace_id in written:

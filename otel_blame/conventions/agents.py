@@ -20,8 +20,10 @@ counts it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .model import Convention, Kind, SpanView, TraceGraph
 
@@ -34,7 +36,9 @@ _METHOD_LIKE = re.compile(r"[.()]|^(chat|invoke_agent|execute_tool|text_completi
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]{0,63}$")
 
 
-def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> str | None:
+def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> Any:
+    """The first truthy answer the conventions give to ``ask`` about the span (a name, a list of
+    managed agents), else None."""
     for convention in conventions:
         found = getattr(convention, ask)(view)
         if found:
@@ -44,10 +48,7 @@ def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> str | 
 
 def _declared_name(conventions: Sequence[Convention], view: SpanView) -> str | None:
     """The name an agent span declares: an attribute, the name in its span name, or a plain span name."""
-    found = first(conventions, "agent_name", view)
-    if found or view.kind != Kind.AGENT:
-        return found
-    found = first(conventions, "agent_span_name", view)
+    found = first(conventions, "agent_name", view) or first(conventions, "agent_span_name", view)
     if found:
         return found
     name = view.span.name.strip()
@@ -72,18 +73,43 @@ class AgentResolver:
         self.conventions = conventions
         self.graph = graph
         self._agent_names: dict[bytes, str | None] = {}
-        self.known: dict[str, None] = {}
-        for view in graph.views:
+        self._enclosing: dict[bytes, SpanView | None] = {}
+
+    @functools.cached_property
+    def known(self) -> dict[str, None]:
+        """Every agent name the trace declares, in span order: built only when a system prompt is read
+        for the agent's name, which few steps need."""
+        conventions = self.conventions
+        known: dict[str, None] = {}
+        for view in self.graph.views:
             found = self.agent_span_name(view) if view.kind == Kind.AGENT else None
             found = found or first(conventions, "agent_name", view) or first(conventions, "agent_hint", view)
             if found:
-                self.known.setdefault(found, None)
+                known.setdefault(found, None)
+        return known
+
+    def enclosing_agent(self, view: SpanView) -> SpanView | None:
+        """The span's nearest agent ancestor (the span itself is not one of its ancestors)."""
+        if view.span_id not in self._enclosing:
+            self._enclosing[view.span_id] = next(
+                (a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None
+            )
+        return self._enclosing[view.span_id]
+
+    @functools.cached_property
+    def top_agent(self) -> SpanView | None:
+        """The earliest agent span with no agent span above it (the run the task was given to), found
+        only when asked: a trace that declares its task and outcome never needs it."""
+        tops = [
+            view
+            for view in self.graph.views
+            if view.kind == Kind.AGENT and self.enclosing_agent(view) is None
+        ]
+        return min(tops, key=lambda view: view.span.start_time_unix_nano) if tops else None
 
     def owner(self, view: SpanView) -> SpanView | None:
         """The agent span a step ran in: the span itself when it is one, else its nearest agent ancestor."""
-        if view.kind == Kind.AGENT:
-            return view
-        return next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        return view if view.kind == Kind.AGENT else self.enclosing_agent(view)
 
     def agent_span_name(self, view: SpanView) -> str | None:
         """An agent span's name: declared, else given by its manager, else its class."""
@@ -100,10 +126,10 @@ class AgentResolver:
     def _managed_name(self, view: SpanView) -> str | None:
         """The name the enclosing agent's run lists for the agent it manages that this span runs: the
         only one, or the one whose tools match, or the one whose name the sub-agent's task states."""
-        manager = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+        manager = self.enclosing_agent(view)
         if manager is None:
             return None
-        managed = next((found for c in self.conventions if (found := c.managed_agents(manager))), [])
+        managed: list[tuple[str, str]] = first(self.conventions, "managed_agents", manager) or []
         if len(managed) == 1:
             return managed[0][0]
         if not managed:
@@ -127,13 +153,13 @@ class AgentResolver:
                 return found
         return None
 
-    def runs_apart(self, view: SpanView) -> bool:
-        """An LLM span inside an agent span that ran in a graph node of another name: a sub-agent's
-        call inside a workflow-wide agent span (OpenLLMetry wraps a whole LangGraph run in one)."""
-        agent = next((a for a in self.graph.ancestors(view) if a.kind == Kind.AGENT), None)
+    def runs_apart(self, view: SpanView, node: str | None) -> bool:
+        """An LLM span inside an agent span that ran in a graph node (``node``, its :meth:`hint`) of
+        another name: a sub-agent's call inside a workflow-wide agent span (OpenLLMetry wraps a whole
+        LangGraph run in one)."""
+        agent = self.enclosing_agent(view)
         if agent is None:
             return False
-        node = self.hint(view)
         return bool(node) and node != (
             self.agent_span_name(agent) or first(self.conventions, "agent_hint", agent)
         )
@@ -142,8 +168,10 @@ class AgentResolver:
         found = first(self.conventions, "agent_name", view)
         if found:
             return found
-        if view.kind == Kind.LLM and self.runs_apart(view):
-            return self.hint(view)
+        is_llm = view.kind == Kind.LLM
+        node = self.hint(view) if is_llm else None  # an LLM span's node, looked up once
+        if is_llm and self.runs_apart(view, node):
+            return node
         inside_agent = False
         for candidate in (view, *self.graph.ancestors(view)):
             if candidate.kind == Kind.AGENT:
@@ -156,7 +184,7 @@ class AgentResolver:
                 found = first(self.conventions, "agent_name", candidate)
                 if found:
                     return found
-        found = self.hint(view)
+        found = node if is_llm else self.hint(view)
         if found:
             return found
         if not inside_agent:

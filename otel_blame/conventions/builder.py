@@ -43,11 +43,10 @@ from .ours import Ours, is_declared_step
 from .text import text
 from .traceloop import Traceloop
 
-_GENAI = GenAI()
 # Asked in this order; the first answer wins (GenAI's log records come after every attribute).
 CONVENTIONS: tuple[Convention, ...] = (
     Ours(),
-    _GENAI,
+    GenAI(),
     AG2(),
     OpenInference(),
     Traceloop(),
@@ -140,7 +139,7 @@ def _task_view(graph: TraceGraph, root: SpanView | None) -> SpanView | None:
 
 
 def _outcome(
-    task_view: SpanView | None, root: SpanView | None, tops: _TopAgent
+    task_view: SpanView | None, root: SpanView | None, resolver: AgentResolver
 ) -> tuple[Outcome, str | None]:
     """Declared by the task attributes; else the root span's status or exception; else a failure when
     the outermost agent run ended in an error (its status or an exception event)."""
@@ -158,7 +157,7 @@ def _outcome(
             return Outcome.FAILURE, reason or exception
         if status.code == Status.STATUS_CODE_OK:
             return Outcome.SUCCESS, reason
-    top_agent = tops.get()
+    top_agent = resolver.top_agent
     if top_agent is not None and top_agent is not root:
         if top_agent.span.status.code == Status.STATUS_CODE_ERROR:
             said = top_agent.span.status.message or _exception_text(top_agent.span)
@@ -169,28 +168,6 @@ def _outcome(
         if exception:
             return Outcome.FAILURE, reason or f"the agent run {top_agent.span.name!r} raised {exception}"
     return Outcome.UNKNOWN, reason
-
-
-class _TopAgent:
-    """The earliest agent span with no agent span above it (the run the task was given to), found only
-    when asked: a trace that declares its task and outcome never needs it."""
-
-    def __init__(self, graph: TraceGraph) -> None:
-        self._graph = graph
-        self._found: SpanView | None = None
-        self._looked = False
-
-    def get(self) -> SpanView | None:
-        if not self._looked:
-            self._looked = True
-            tops = [
-                view
-                for view in self._graph.views
-                if view.kind == Kind.AGENT
-                and not any(a.kind == Kind.AGENT for a in self._graph.ancestors(view))
-            ]
-            self._found = min(tops, key=lambda view: view.span.start_time_unix_nano) if tops else None
-        return self._found
 
 
 def _views(resource_spans: Sequence[ResourceSpans]) -> list[SpanView]:
@@ -309,7 +286,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
     # steps: other instrumentations' spans in the same trace (AG2's own tracing, OpenInference on the
     # same LangGraph app, LLM client spans) describe the same messages again.
     if any(is_declared_step(view) for view in graph.views):
-        found = _declared_steps(graph, root)
+        found = _declared_steps(graph)
     else:
         found = _nested_steps(graph, root, resolver)
     if not found:
@@ -344,10 +321,9 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
 
     step_of = {item.view.span_id: position for position, item in enumerate(found)}
     task_view = _task_view(graph, root)
-    top_agent = _TopAgent(graph)
-    outcome, reason = _outcome(task_view, root, top_agent)
+    outcome, reason = _outcome(task_view, root, resolver)
     trajectory = Trajectory(
-        task=_task(graph, root, task_view, top_agent, steps),
+        task=_task(graph, root, task_view, resolver, steps),
         steps=steps,
         outcome=outcome,
         outcome_reason=reason,
@@ -364,7 +340,7 @@ def _step_kind(view: SpanView) -> StepKind:
     return {Kind.TOOL: StepKind.TOOL, Kind.CODE: StepKind.CODE_EXECUTION}.get(view.kind, StepKind.MESSAGE)  # type: ignore[arg-type]
 
 
-def _declared_steps(graph: TraceGraph, root: SpanView | None) -> list[_Found]:
+def _declared_steps(graph: TraceGraph) -> list[_Found]:
     """Our own instrumentation's numbered steps, in the order it numbered them."""
     found = []
     for view in graph.views:
@@ -438,7 +414,9 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         # an agent's message that carries its tools' output (AG2 replies with the execution result)
         # is the step; the tool steps it carries say nothing new, but their errors mark it
         carried = [item for item in own if item.content.strip() and item.content.strip() in content]
-        found[:] = [item for item in found if all(item is not other for other in carried)]
+        if carried:
+            carried_ids = {id(item) for item in carried}
+            found[:] = [item for item in found if id(item) not in carried_ids]
         is_error = _is_error(view) or any(item.is_error for item in carried)
         found.append(_Found(view, StepKind.MESSAGE, content, role, is_error=is_error))
     found.extend(_group_results(graph, found))
@@ -513,11 +491,24 @@ def _order_by_time(view: SpanView, at_end: bool = False) -> tuple:
     return (time, int(index) if isinstance(index, int) else 0)
 
 
+def _task_fields(
+    view: SpanView | None, name: str, task_input: str, final_output: str
+) -> tuple[str, str, str]:
+    """The task's name, input and final output, each kept when known, else read from ``view``."""
+    if view is None:
+        return name, task_input, final_output
+    return (
+        name or first(CONVENTIONS, "task_name", view) or "",
+        task_input or first(CONVENTIONS, "task_input", view) or "",
+        final_output or first(CONVENTIONS, "task_output", view) or "",
+    )
+
+
 def _task(
     graph: TraceGraph,
     root: SpanView | None,
     task_view: SpanView | None,
-    tops: _TopAgent,
+    resolver: AgentResolver,
     steps: list[Step],
 ) -> Task:
     task_attrs = task_view.attributes if task_view is not None else {}
@@ -534,14 +525,9 @@ def _task(
     final_output = text(task_attrs.get(sc.TASK_FINAL_OUTPUT))
     # a task declared on the trace (ours) is not the top agent's: its turn's input and output are a step's
     declared = task_view is not None and task_view.has_task
-    for view in (root, None if declared else tops):
-        if name and task_input and final_output:
-            break
-        view = view.get() if isinstance(view, _TopAgent) else view
-        if view is not None:
-            name = name or first(CONVENTIONS, "task_name", view) or ""
-            task_input = task_input or first(CONVENTIONS, "task_input", view) or ""
-            final_output = final_output or first(CONVENTIONS, "task_output", view) or ""
+    name, task_input, final_output = _task_fields(root, name, task_input, final_output)
+    if not declared and not (name and task_input and final_output):
+        name, task_input, final_output = _task_fields(resolver.top_agent, name, task_input, final_output)
     final_output = final_output or stated_final_answer(step.content for step in reversed(steps)) or ""
     workflow = name or (root.span.name if root is not None else "")
     name = name or name_from_input(task_input) or workflow

@@ -95,12 +95,11 @@ def failure_of(view: SpanView, tool_name: str | None) -> tuple[str, str, str] | 
         # code the agent wrote failing is the agent's own output; an agent span's error says who
         # failed, not what it called (its tool, model and HTTP spans below it say that)
         return None
-    if view.kind == Kind.TOOL and any(
-        _CALL_DID_NOT_FIT.search(found) for found in _error_texts(view) if found
-    ):
+    errors = [found for found in _error_texts(view) if found]
+    if view.kind == Kind.TOOL and any(_CALL_DID_NOT_FIT.search(found) for found in errors):
         return None
-    detail = next((found for found in _error_texts(view) if found), "error")[:200]
-    if any(_TIMEOUT.search(found) for found in _error_texts(view) if found):
+    detail = (errors[0] if errors else "error")[:200]
+    if any(_TIMEOUT.search(found) for found in errors):
         return "timeout", name, detail
     if view.kind == Kind.LLM:
         return "provider_error", name, detail

@@ -140,6 +140,8 @@ def content_from_span_events(span: Span, kind: Kind | None) -> tuple[str, str | 
     texts: list[str] = []
     role: str | None = None
     for event in span.events:
+        if event.name not in (sc.EVENT_INFERENCE_DETAILS, sc.EVENT_CHOICE):
+            continue
         attrs = attributes_to_dict(event.attributes)
         if event.name == sc.EVENT_INFERENCE_DETAILS and sc.GEN_AI_OUTPUT_MESSAGES in attrs:
             found, role = messages_text(attrs[sc.GEN_AI_OUTPUT_MESSAGES])

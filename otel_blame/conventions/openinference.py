@@ -36,6 +36,15 @@ def _metadata(view: SpanView) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def _method_owner(view: SpanView) -> str | None:
+    """What an OpenInference span named after the method that runs an agent (``researcher.run``)
+    calls it by: the agent's name or its class."""
+    if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
+        return None
+    match = _AGENT_METHOD.match(view.span.name.strip())
+    return match.group("agent") if match else None
+
+
 def langgraph_node(metadata: dict[str, Any]) -> str | None:
     """The graph node a LangChain run belongs to: the OUTERMOST node of its checkpoint namespace
     (``researcher:<id>|agent:<id>`` is the researcher, whose prebuilt ReAct subgraph has a node
@@ -62,20 +71,12 @@ class OpenInference(Convention):
         return text(view.attributes.get(sc.OPENINFERENCE_AGENT_NAME)) or None
 
     def agent_span_name(self, view: SpanView) -> str | None:
-        if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
-            return None
-        match = _AGENT_METHOD.match(view.span.name.strip())
-        if match and not _CLASS_NAME.match(match.group("agent")):
-            return match.group("agent").strip()
-        return None
+        owner = _method_owner(view)
+        return owner.strip() if owner is not None and not _CLASS_NAME.match(owner) else None
 
     def agent_class(self, view: SpanView) -> str | None:
-        if not view.attributes.get(sc.OPENINFERENCE_SPAN_KIND):
-            return None
-        match = _AGENT_METHOD.match(view.span.name.strip())
-        if match and _CLASS_NAME.match(match.group("agent")):
-            return match.group("agent")
-        return None
+        owner = _method_owner(view)
+        return owner if owner is not None and _CLASS_NAME.match(owner) else None
 
     def managed_agents(self, view: SpanView) -> list[tuple[str, str]]:
         attrs = view.attributes

@@ -97,11 +97,10 @@ def _list_apps(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    import shutil
-
+    from otel_blame.terminal import columns as terminal_columns
     from otel_blame.terminal import wrap
 
-    width = min(shutil.get_terminal_size((80, 24)).columns, 100)
+    width = terminal_columns(100)
     click.echo(
         wrap(
             f"The app zoo (otel-blame inject --app zoo:NAME); this environment: {zoo.current_environment()}",
