@@ -155,7 +155,7 @@ def main() -> None:
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV", scored, injected, "group")))
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV, by fault kind", scored, injected, "kind")))
     if not args.no_write:
-        model, _ = rd.fit_shipped(datasets)
+        model = rd.fit_shipped(datasets)
         args.out.write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
         said = f"trained on {model.trained_on}; decided at support {model.decided_threshold}"
         print(f"wrote {args.out} ({said})")

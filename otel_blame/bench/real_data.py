@@ -16,19 +16,16 @@ annotated) are reported beside, as issue 27's target for TRAIL names them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from otel_blame.attribution.baselines import PositionalBaseline
 from otel_blame.bench import ranker_fit as rf
+from otel_blame.bench.trail import percent
 
 TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other data sets is optimistic
 COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ZOO = "zoo"
-
-
-def is_span_labelled(name: str) -> bool:
-    return name.startswith("trail")
 
 
 def right(item: rf.Scored) -> bool:
@@ -88,7 +85,6 @@ class DatasetResult:
     name: str
     scored: list[rf.Scored]
     threshold: float
-    inner: list[rf.Scored] = field(default_factory=list)  # the other data sets' held-out verdicts
 
     @property
     def decided(self) -> list[rf.Scored]:
@@ -127,23 +123,22 @@ def leave_one_dataset_out(
             for item in rf.predict(_fit(datasets, {held, other}), datasets[other])
         ]
         scored = rf.predict(_fit(datasets, {held}), datasets[held])
-        results.append(DatasetResult(held, scored, threshold_for(inner, precision), inner))
+        results.append(DatasetResult(held, scored, threshold_for(inner, precision)))
     return Report(results)
 
 
 def fit_shipped(
     datasets: Mapping[str, list[rf.LabelledRun]], *, precision: float = TARGET_PRECISION
-) -> tuple[rf.RankerModel, list[rf.Scored]]:
+) -> rf.RankerModel:
     """The model to ship: fitted on every data set, its decided threshold read on every real data set's
-    held-out verdicts (each scored by a model fitted without it). Returns the model and those verdicts."""
+    held-out verdicts (each scored by a model fitted without it)."""
     verdicts = [
         item
         for name in datasets
         if name != ZOO
         for item in rf.predict(_fit(datasets, {name}), datasets[name])
     ]
-    model = replace(_fit(datasets, set()), decided_threshold=round(threshold_for(verdicts, precision), 4))
-    return model, verdicts
+    return replace(_fit(datasets, set()), decided_threshold=round(threshold_for(verdicts, precision), 4))
 
 
 def _share(values: Sequence[bool]) -> float | None:
@@ -211,13 +206,14 @@ def report_lines(report: Report, baselines: Sequence[PositionalBaseline]) -> lis
         best_step = max(rules.items(), key=lambda item: item[1][1])
         best_hit = max(rules.items(), key=lambda item: item[1][2])
         lines.append(
-            f"| {result.name} | {len(runs)} | {_pct(figures['agent'])} | {_pct(figures['step'])} | "
-            f"{_pct(figures['hit'])} | {_pct(best_agent[1][0])} ({best_agent[0]}) / "
-            f"{_pct(best_step[1][1])} ({best_step[0]}) / {_pct(best_hit[1][2])} ({best_hit[0]}) | "
-            f"{_pct(figures['random_speaker'])} / {_pct(figures['random_step'])} / "
-            f"{_pct(figures['random_hit'])} | {_pct(figures['step0_verdicts'])} / "
-            f"{_pct(figures['step0_labels'])} | {_pct(figures['decided_share'])} / "
-            f"{_pct(figures['decided_agent'])} / {_pct(figures['decided_hit'])} ({result.threshold:.3f}) |"
+            f"| {result.name} | {len(runs)} | {percent(figures['agent'])} | {percent(figures['step'])} | "
+            f"{percent(figures['hit'])} | {percent(best_agent[1][0])} ({best_agent[0]}) / "
+            f"{percent(best_step[1][1])} ({best_step[0]}) / {percent(best_hit[1][2])} ({best_hit[0]}) | "
+            f"{percent(figures['random_speaker'])} / {percent(figures['random_step'])} / "
+            f"{percent(figures['random_hit'])} | {percent(figures['step0_verdicts'])} / "
+            f"{percent(figures['step0_labels'])} | {percent(figures['decided_share'])} / "
+            f"{percent(figures['decided_agent'])} / {percent(figures['decided_hit'])} "
+            f"({result.threshold:.3f}) |"
         )
     lines += [
         "",
@@ -228,10 +224,6 @@ def report_lines(report: Report, baselines: Sequence[PositionalBaseline]) -> lis
     lines.append("|---|" + "---|" * len(COVERAGES))
     for result in report.results:
         curve = risk_coverage(result.scored)
-        cells = [f"{_pct(agent)} / {_pct(hit)}" for _, agent, hit in curve]
+        cells = [f"{percent(agent)} / {percent(hit)}" for _, agent, hit in curve]
         lines.append(f"| {result.name} | " + " | ".join(cells) + " |")
     return lines
-
-
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"

@@ -320,10 +320,11 @@ def trail_table(rows: Sequence[TrailSummary], method: str) -> list[str]:
     )
     lines = [header]
     for row in sorted(rows, key=lambda r: (r.subset, r.name != method)):
-        cells = [_percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
+        cells = [percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
         lines.append(f"{row.name:<14} {row.subset:<10} {row.traces:>6} " + " ".join(f"{c:>6}" for c in cells))
     return lines
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A share as a percentage to one decimal (``–`` when there is none): a table cell."""
     return "–" if value is None else f"{100 * value:.1f}"
