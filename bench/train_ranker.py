@@ -127,7 +127,7 @@ def main() -> None:
     )
     datasets: dict[str, list[rf.LabelledRun]] = {}
     for run in [*who, *trail]:
-        datasets.setdefault(run.group if run.group.startswith("trail") else f"ww-{run.group}", []).append(run)
+        datasets.setdefault(rd.dataset_name(run.group), []).append(run)
     if injected:
         datasets[rd.ZOO] = injected
     if who or trail:

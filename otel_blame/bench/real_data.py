@@ -22,10 +22,19 @@ from pathlib import Path
 from otel_blame.attribution.baselines import PositionalBaseline
 from otel_blame.bench import ranker_fit as rf
 from otel_blame.bench.trail import percent
+from otel_blame.bench.who_and_when import SUBSETS
 
 TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other data sets is optimistic
 COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ZOO = "zoo"
+
+
+def dataset_name(group: str) -> str:
+    """The data set a run of ``group`` belongs to: a TRAIL subset is its own (``trail-gaia``), a
+    Who&When subset is ``ww-<subset>``, any other group (an app's name) is the zoo."""
+    if group.startswith("trail"):
+        return group
+    return f"ww-{group}" if group in SUBSETS else ZOO
 
 
 def right(item: rf.Scored) -> bool:
@@ -41,10 +50,10 @@ def load_datasets(
     datasets: dict[str, list[rf.LabelledRun]] = {}
     if who_and_when is not None:
         for run in rf.load_group(who_and_when):
-            datasets.setdefault(f"ww-{run.group}", []).append(run)
+            datasets.setdefault(dataset_name(run.group), []).append(run)
     if trail is not None:
         for run in rf.load_trail(trail):
-            datasets.setdefault(run.group, []).append(run)
+            datasets.setdefault(dataset_name(run.group), []).append(run)
     for folder in zoo:
         for app in sorted(p for p in folder.iterdir() if p.is_dir()):
             datasets.setdefault(ZOO, []).extend(rf.load_group(app, group=app.name))
@@ -61,23 +70,19 @@ def threshold_for(scored: Sequence[rf.Scored], precision: float = TARGET_PRECISI
     data set weighing the same (1.01, nothing decided, when no threshold gets there)."""
     sizes: dict[str, int] = {}
     for item in scored:
-        sizes[_dataset_of(item)] = sizes.get(_dataset_of(item), 0) + 1
+        name = dataset_name(item.run.group)
+        sizes[name] = sizes.get(name, 0) + 1
     ordered = sorted(scored, key=lambda item: -item.support)
     best = 1.01
     weight = hits = 0.0
     for count, item in enumerate(ordered, start=1):
-        share = 1.0 / sizes[_dataset_of(item)]
+        share = 1.0 / sizes[dataset_name(item.run.group)]
         weight += share
         hits += share * right(item)
         is_last_of_tie = count == len(ordered) or ordered[count].support < item.support
         if is_last_of_tie and hits / weight >= precision:
             best = item.support
     return best
-
-
-def _dataset_of(item: rf.Scored) -> str:
-    group = item.run.group
-    return group if group.startswith(("trail", "Algorithm", "Hand")) else ZOO
 
 
 @dataclass
