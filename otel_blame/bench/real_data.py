@@ -28,6 +28,12 @@ TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other da
 COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ZOO = "zoo"
 
+# Models fitted on the data sets less some, by the names left out. Fitting is deterministic (full-batch
+# Adam from the prior), so a model asked for again, the same names left out in any order, is the one
+# already fitted: leave_one_dataset_out fits each pair once, and fit_shipped, given the same dict
+# (for the same data sets), fits only the model on all of them.
+Fits = dict[frozenset[str], rf.RankerModel]
+
 
 def dataset_name(group: str) -> str:
     """The data set a run of ``group`` belongs to: a TRAIL subset is its own (``trail-gaia``), a
@@ -60,9 +66,12 @@ def load_datasets(
     return {name: runs for name, runs in datasets.items() if runs}
 
 
-def _fit(datasets: Mapping[str, list[rf.LabelledRun]], without: set[str]) -> rf.RankerModel:
-    training = [run for name, runs in datasets.items() if name not in without for run in runs]
-    return rf.fit(training)
+def _fit(datasets: Mapping[str, list[rf.LabelledRun]], without: frozenset[str], fits: Fits) -> rf.RankerModel:
+    """The model fitted on every data set but those ``without``, from ``fits`` when fitted already."""
+    if without not in fits:
+        training = [run for name, runs in datasets.items() if name not in without for run in runs]
+        fits[without] = rf.fit(training)
+    return fits[without]
 
 
 def threshold_for(scored: Sequence[rf.Scored], precision: float = TARGET_PRECISION) -> float:
@@ -112,11 +121,16 @@ class Report:
 
 
 def leave_one_dataset_out(
-    datasets: Mapping[str, list[rf.LabelledRun]], *, precision: float = TARGET_PRECISION
+    datasets: Mapping[str, list[rf.LabelledRun]],
+    *,
+    precision: float = TARGET_PRECISION,
+    fits: Fits | None = None,
 ) -> Report:
     """Every real data set scored by a model fitted on the others, with a decided threshold read on the
     other real data sets' own held-out verdicts (each ranked by a model fitted without it and without
-    the held-out set). The zoo is fitted on but not scored here: its own figure is leave-one-app-out."""
+    the held-out set). The zoo is fitted on but not scored here: its own figure is leave-one-app-out.
+    ``fits`` keeps the models fitted (see :data:`Fits`)."""
+    fits = {} if fits is None else fits
     results = []
     for held in datasets:
         if held == ZOO:
@@ -125,25 +139,31 @@ def leave_one_dataset_out(
             item
             for other in datasets
             if other not in (held, ZOO)
-            for item in rf.predict(_fit(datasets, {held, other}), datasets[other])
+            for item in rf.predict(_fit(datasets, frozenset({held, other}), fits), datasets[other])
         ]
-        scored = rf.predict(_fit(datasets, {held}), datasets[held])
+        scored = rf.predict(_fit(datasets, frozenset({held}), fits), datasets[held])
         results.append(DatasetResult(held, scored, threshold_for(inner, precision)))
     return Report(results)
 
 
 def fit_shipped(
-    datasets: Mapping[str, list[rf.LabelledRun]], *, precision: float = TARGET_PRECISION
+    datasets: Mapping[str, list[rf.LabelledRun]],
+    *,
+    precision: float = TARGET_PRECISION,
+    fits: Fits | None = None,
 ) -> rf.RankerModel:
     """The model to ship: fitted on every data set, its decided threshold read on every real data set's
-    held-out verdicts (each scored by a model fitted without it)."""
+    held-out verdicts (each scored by a model fitted without it). ``fits``: the models
+    :func:`leave_one_dataset_out` fitted on the same data sets, not fitted again."""
+    fits = {} if fits is None else fits
     verdicts = [
         item
         for name in datasets
         if name != ZOO
-        for item in rf.predict(_fit(datasets, {name}), datasets[name])
+        for item in rf.predict(_fit(datasets, frozenset({name}), fits), datasets[name])
     ]
-    return replace(_fit(datasets, set()), decided_threshold=round(threshold_for(verdicts, precision), 4))
+    model = _fit(datasets, frozenset(), fits)
+    return replace(model, decided_threshold=round(threshold_for(verdicts, precision), 4))
 
 
 def _share(values: Sequence[bool]) -> float | None:
