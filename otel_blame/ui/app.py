@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.decision import BlameDecision, blame_decision
+from otel_blame.attribution.decision import BlameDecision, blame_decision, verdict_sentence
 from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
 from otel_blame.loaders import SavedRun
@@ -57,7 +57,6 @@ from otel_blame.ui.views import (
     parse_duration,
     run_view,
     shorten,
-    verdict_sentence,
 )
 
 log = logging.getLogger(__name__)
