@@ -48,7 +48,6 @@ from otel_blame.ui.uploads import (
 )
 from otel_blame.ui.views import (
     WINDOWS,
-    agent_class,
     colour_classes,
     culprits_plot,
     format_ago,
@@ -130,7 +129,6 @@ class BlameUI:
         self.templates.filters["ago"] = format_ago
         self.templates.filters["heat"] = heat_colour
         self.templates.filters["pct"] = lambda value: f"{100 * float(value):.0f}%"
-        self.templates.filters["agent_class"] = agent_class
         self.templates.filters["shorten"] = shorten
         self.templates.tests["same_agent"] = same_agent
 
@@ -316,7 +314,7 @@ class BlameUI:
     def _count_undecided(self, request: Request) -> bool:
         """``?undecided=1`` counts undecided verdicts among culprits, ``0`` does not; else the setting."""
         raw = request.query_params.get("undecided", "").strip().lower()
-        if raw in ("", None):
+        if not raw:
             return self.settings.count_undecided
         if raw in ("1", "true", "yes", "on"):
             return True
@@ -335,7 +333,6 @@ class BlameUI:
             active="culprits",
             report=report,
             plot=culprits_plot(report),
-            count_undecided=count_undecided,
             window=window_text,
             windows=list(WINDOWS),
         )

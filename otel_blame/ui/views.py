@@ -227,7 +227,6 @@ class RunView:
     top_score: float
     ranked: list[tuple[int, str, float]] = field(default_factory=list)  # (step, agent, score)
     annotation: Annotated | None = None
-    colours: dict[str, int] = field(default_factory=dict)  # agent -> colour class, none shared
 
     @cached_property
     def strip_marks(self) -> Markup:
@@ -236,6 +235,11 @@ class RunView:
     @cached_property
     def rails(self) -> list[Markup]:
         return rails(self.agents)
+
+    @cached_property
+    def colours(self) -> dict[str, int]:
+        """agent -> colour class, none shared (the lanes' colours)."""
+        return dict(self.agents)
 
     @property
     def decided(self) -> bool:
@@ -374,7 +378,6 @@ def run_view(
         top_score=top,
         ranked=ranked,
         annotation=annotated,
-        colours=colours,
     )
 
 
