@@ -498,6 +498,7 @@ def run(  # noqa: ANN001
     delivered, arrivals = sink.finish()
     latencies = sorted(arrivals[t] - ack_times[t] for t in ack_times if t in arrivals)
     per_span = [(rss - idle_rss) / buffered for buffered, rss in memory_samples if buffered > 1000]
+    peak_buffered = max((buffered for buffered, _ in memory_samples), default=0)
     if os.environ.get("BENCH_DEBUG"):
         print(memory_samples, file=sys.stderr)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -517,12 +518,12 @@ def run(  # noqa: ANN001
         "successful_traces_measured": len(latencies),
         "latency_p50_seconds": round(statistics.median(latencies), 3) if latencies else None,
         "latency_p99_seconds": round(latencies[int(len(latencies) * 0.99) - 1], 3) if latencies else None,
-        "peak_buffered_spans": max((b for b, _ in memory_samples), default=0),
+        "peak_buffered_spans": peak_buffered,
         "memory_per_buffered_span_bytes": round(statistics.median(per_span)) if per_span else None,
         # RSS only grows (freed memory stays with the process) while the buffer swings with the
         # completions: the growth at the end of the load over the most spans buffered at once
         "memory_per_span_at_peak_bytes": (
-            round((peak_rss - idle_rss) / max(b for b, _ in memory_samples)) if memory_samples else None
+            round((peak_rss - idle_rss) / peak_buffered) if memory_samples else None
         ),
         "idle_rss_mib": round(idle_rss / 2**20, 1),
         "end_rss_mib": round(peak_rss / 2**20, 1),

@@ -78,10 +78,14 @@ class Analysed:
     trace: BufferedTrace
     handling: Handling
     analysis: Analysis | None = None
-    attribution: Attribution | None = None  # the final blame (cross-run weighed, described)
     late: bool = False  # the trace went out already: its blame goes as a late ``blame {agent}`` span
     job_row: int = 0  # its deferred job's log row: released once the blame is kept (or there is none)
-    blamed: Blamed | None = None  # the concluded blame (with ``attribution``): what it writes
+    blamed: Blamed | None = None  # the concluded blame: what it writes
+
+    @property
+    def attribution(self) -> Attribution | None:
+        """The final blame (cross-run weighed, described), if there is one."""
+        return self.blamed.attribution if self.blamed is not None else None
 
 
 def analysis_workers(config: ProcessorConfig) -> int:
@@ -147,12 +151,12 @@ class AnalysisStage:
                 self._run_here = AttributionRunner(attribution, redactor)
                 log.info("analysis in %d threads: the redactor cannot go to worker processes", self.workers)
                 return ThreadPoolExecutor(self.workers, thread_name_prefix="otel-blame-analyse")
-        self._workers_conclude = self._cross_run is None  # else the evidence is read here first
-        if self._workers_conclude:
+        workers_conclude = self._cross_run is None  # else the evidence is read here first
+        if workers_conclude:
             try:
                 pickle.dumps(self._concluding)
             except Exception:  # an embedding's redaction hook or enricher: concluded here
-                self._workers_conclude = False
+                workers_conclude = False
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["otel_blame.processor.analysis"])
         pool = ProcessPoolExecutor(
@@ -165,7 +169,7 @@ class AnalysisStage:
                 sent,
                 os.getpid(),
                 self._wal.path,
-                self._concluding if self._workers_conclude else None,
+                self._concluding if workers_conclude else None,
             ),
         )
         # start them now rather than on the first failed trace (see wait_ready)
@@ -195,7 +199,6 @@ class AnalysisStage:
         self._warming = []
 
     _run_here: AttributionRunner | None = None
-    _workers_conclude = False
 
     @property
     def _concluding_there(self) -> Concluding | None:
@@ -238,25 +241,25 @@ class AnalysisStage:
         with only its row's id. A job the log cannot take leaves its trace forwarded all the same,
         its blame then kept in memory only (counted)."""
         self._counters.add("forwarded_before_analysis")
-        body = encode_job(
-            trace.trace_id, trace.decision, b"".join(trace.span_payloads), b"".join(trace.log_payloads)
-        )
+        body = encode_job(trace.trace_id, trace.decision, trace.span_payloads, trace.log_payloads)
 
-        def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread
+        def stored(row: int, error: BaseException | None) -> None:  # on the log's writer thread (or below)
             self._out.consume(Analysed(trace, Handling.DEFERRED))
             if error is not None:
                 self._unkept_job(trace, error)
                 return
-            self._schedule(_without_payloads(trace), trace.decision, late=True, job_row=row, counted=True)
+            waiting = _deferred_trace(
+                trace.trace_id, trace.first_seen, trace.last_seen, replayed=trace.replayed
+            )
+            self._schedule(waiting, trace.decision, late=True, job_row=row, counted=True)
 
         with self._lock:  # waiting from now on, so that the next failed trace sees the backlog
             self._pending += 1
             self._failed_pending += 1
         try:
             self._wal.append_then(KIND_ANALYSIS, body, 1, stored)
-        except (WALFull, WALClosed) as error:
-            self._out.consume(Analysed(trace, Handling.DEFERRED))
-            self._unkept_job(trace, error)
+        except (WALFull, WALClosed) as error:  # refused at once: ``stored`` is not called by the log
+            stored(0, error)
 
     def _unkept_job(self, trace: BufferedTrace, error: BaseException) -> None:
         self._counters.add("analysis_jobs_not_kept")
@@ -266,7 +269,7 @@ class AnalysisStage:
     def resume(self, trace_id: bytes, decision: TraceDecision, job_row: int) -> None:
         """A deferred job left in the log by an earlier run (replayed on start): analyse it now; its
         trace went out already, so its blame goes as a late span."""
-        trace = BufferedTrace(trace_id, 0.0, 0.0, has_root=True, has_agent=True, replayed=True)
+        trace = _deferred_trace(trace_id, 0.0, 0.0, replayed=True)  # seen by an earlier run only
         self._schedule(trace, decision, late=True, job_row=job_row)
 
     def consume_late(self, trace: BufferedTrace, decision: TraceDecision) -> None:
@@ -294,7 +297,7 @@ class AnalysisStage:
                 self._pending += 1
                 self._failed_pending += 1
         job = _job(trace, decision, stored_row=job_row, late=late)
-        self._dispatcher.put(_Scheduled(trace, job, late, False, job_row))
+        self._dispatcher.put(_Scheduled(trace, job, observing=False))
 
     def _dispatch(self, batch: list[_Scheduled]) -> None:
         """Hand the jobs that waited to the pool in one task, once a worker is (about to be) free."""
@@ -311,7 +314,7 @@ class AnalysisStage:
                 return
         for scheduled in batch:  # not analysed: as before its analysis was asked for (a job stays in the log)
             self._done(failed=not scheduled.observing)
-            if not scheduled.late and not scheduled.observing:
+            if not scheduled.job.late and not scheduled.observing:
                 self._out.consume(Analysed(scheduled.trace, Handling.UNCHANGED))
 
     def _collect(self, batch: list[_Scheduled], done: Future[list[Analysis | Exception]]) -> None:
@@ -344,7 +347,7 @@ class AnalysisStage:
             self._counters.add("cross_run_skipped_traces")
             self._out.consume(Analysed(trace, Handling.OBSERVED))
             return
-        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), False, True, 0))
+        self._dispatcher.put(_Scheduled(trace, _job(trace, trace.decision, attribute=False), observing=True))
 
     # -- results ---------------------------------------------------------------------------------
     def _finish_loop(self) -> None:
@@ -352,9 +355,9 @@ class AnalysisStage:
             scheduled, result = item
             trace, late, observing, job_row = (
                 scheduled.trace,
-                scheduled.late,
+                scheduled.job.late,
                 scheduled.observing,
-                scheduled.job_row,
+                scheduled.job.stored_row,
             )
             if self._closed.is_set():  # stopped before it finished: its rows (and job) stay in the log
                 self._done(failed=not observing)
@@ -421,10 +424,11 @@ class AnalysisStage:
         blamed = analysis.blamed
         if analysis.status == ATTRIBUTED and blamed is None:
             assert analysis.trajectory is not None and analysis.attribution is not None
-            request = None
+            request, resource = None, None
             if not late:  # the trace's own spans carry the blame
                 request = ExportTraceServiceRequest.FromString(b"".join(trace.span_payloads))
-            resource = Resource.FromString(analysis.resource) if analysis.resource else None
+            elif analysis.resource:  # a late blame span carries the root's resource
+                resource = Resource.FromString(analysis.resource)
             blamed = pure.conclude(
                 analysis.trajectory,
                 analysis.attribution,
@@ -436,8 +440,7 @@ class AnalysisStage:
             )
             if blamed.attribution.step != analysis.attribution.step:
                 self._counters.add("cross_run_changed_verdicts")
-        attribution = blamed.attribution if blamed is not None else None
-        return Analysed(trace, Handling.ANALYSED, analysis, attribution, late, job_row, blamed)
+        return Analysed(trace, Handling.ANALYSED, analysis, late, job_row, blamed)
 
     def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
         if self._cross_run is None or analysis.trajectory is None:
@@ -494,13 +497,12 @@ _MAX_JOBS_A_TRIP = 16
 
 @dataclass(frozen=True, slots=True)
 class _Scheduled:
-    """A job waiting for a worker, and what to do with its analysis."""
+    """A job waiting for a worker, and what to do with its analysis (``job.late``; ``job.stored_row``:
+    a deferred job's log row, 0 for none)."""
 
     trace: BufferedTrace
     job: AnalysisJob
-    late: bool
     observing: bool  # only a success's trajectory, for the cross-run statistics
-    job_row: int  # a deferred job's log row (0: none)
 
 
 def _job(
@@ -511,8 +513,8 @@ def _job(
     stored_row: int = 0,
     late: bool = False,
 ) -> AnalysisJob:
-    if stored_row:  # the worker reads the payloads from the log
-        return AnalysisJob(trace.trace_id, (), (), decision, time.monotonic(), attribute, stored_row, late)
+    """The trace's job (a deferred one's ``trace`` holds no payloads: the worker reads them from
+    the log's ``stored_row``)."""
     return AnalysisJob(
         trace.trace_id,
         tuple(trace.span_payloads),
@@ -520,17 +522,11 @@ def _job(
         decision,
         time.monotonic(),
         attribute,
-        late=late,
+        stored_row,
+        late,
     )
 
 
-def _without_payloads(trace: BufferedTrace) -> BufferedTrace:
+def _deferred_trace(trace_id: bytes, first_seen: float, last_seen: float, *, replayed: bool) -> BufferedTrace:
     """What a deferred job holds of its trace while it waits: its id (the payloads are in the log)."""
-    return BufferedTrace(
-        trace.trace_id,
-        trace.first_seen,
-        trace.last_seen,
-        has_root=True,
-        has_agent=True,
-        replayed=trace.replayed,
-    )
+    return BufferedTrace(trace_id, first_seen, last_seen, has_root=True, has_agent=True, replayed=replayed)

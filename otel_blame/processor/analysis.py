@@ -291,7 +291,7 @@ def start_worker(
 def run_job(job: AnalysisJob) -> Analysis:
     """A worker process's task."""
     assert _detector is not None
-    return analyse(job.loaded(_jobs), _runner, _detector, _concluding)
+    return analyse_one(job, _runner, _detector, _jobs, _concluding)
 
 
 def run_jobs(jobs: tuple[AnalysisJob, ...]) -> list[Analysis | Exception]:
@@ -304,10 +304,11 @@ def analyse_one(
     job: AnalysisJob,
     runner: AttributionRunner | None,
     detector: FailureDetector,
-    reader: StoredJobReader,
+    reader: StoredJobReader | None,
     concluding: Concluding | None = None,
 ) -> Analysis:
-    """One job's analysis in a thread of the processor (its payloads read from the log if deferred)."""
+    """One job's analysis, in a worker process or a thread of the processor (its payloads read from
+    the log if deferred)."""
     return analyse(job.loaded(reader), runner, detector, concluding)
 
 
@@ -322,7 +323,7 @@ def analyse_each(
     out: list[Analysis | Exception] = []
     for job in jobs:
         try:
-            out.append(analyse(job.loaded(reader), runner, detector, concluding))
+            out.append(analyse_one(job, runner, detector, reader, concluding))
         except Exception as error:
             out.append(error)
     return out

@@ -22,6 +22,7 @@ import json
 import sqlite3
 import struct
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,10 @@ class StoredJob:
     log_payload: bytes
 
 
-def encode_job(trace_id: bytes, decision: TraceDecision, span_payload: bytes, log_payload: bytes) -> bytes:
+def encode_job(
+    trace_id: bytes, decision: TraceDecision, span_payloads: Sequence[bytes], log_payloads: Sequence[bytes]
+) -> bytes:
+    """The row's body; the payloads as the trace holds them (joined once, with the header)."""
     header = json.dumps(
         {
             "trace_id": trace_id.hex(),
@@ -47,11 +51,11 @@ def encode_job(trace_id: bytes, decision: TraceDecision, span_payload: bytes, lo
             "spans": list(decision.spans),
             "expected_output": decision.expected_output,
             "decided": decision.decided,
-            "span_bytes": len(span_payload),
+            "span_bytes": sum(len(payload) for payload in span_payloads),
         },
         separators=(",", ":"),
     ).encode()
-    return b"".join((_LENGTH.pack(len(header)), header, span_payload, log_payload))
+    return b"".join((_LENGTH.pack(len(header)), header, *span_payloads, *log_payloads))
 
 
 def decode_header(body: bytes) -> tuple[bytes, TraceDecision, int, int]:

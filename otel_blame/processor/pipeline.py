@@ -395,13 +395,7 @@ class BlameProcessor:
                 export_pending_items=self._exporter.pending,
             )
         if self._wal is not None:
-            out.update(
-                wal_bytes=self._wal.size_bytes,
-                wal_pending_rows=self._wal.pending_rows,
-                wal_failed_commits=self._wal.failed_commits,
-                log_appended_requests=self._wal.appended_rows,  # rows: requests, late spans, jobs
-                log_append_commits=self._wal.append_commits,  # fewer than rows: group commit
-            )
+            out.update(self._wal.stats(), wal_failed_commits=self._wal.failed_commits)
         out.update(retained_traces=len(self._retained), retained_bytes=self._retained.size_bytes)
         for key, value in from_shards.items():  # what the receiving processes counted and hold
             out[key] = out.get(key, 0) + value

@@ -369,10 +369,5 @@ def shard_main(
 
 def _shard_stats(counters: Counters, wal: WriteAheadLog) -> dict[str, int]:
     stats = {key: value for key, value in counters.snapshot().items() if value}
-    stats.update(
-        wal_bytes=wal.size_bytes,
-        wal_pending_rows=wal.pending_rows,
-        log_appended_requests=wal.appended_rows,
-        log_append_commits=wal.append_commits,
-    )
+    stats.update(wal.stats())
     return stats

@@ -285,6 +285,15 @@ class WriteAheadLog:
         with self._lock:
             return len(self._remaining) + len(self._deletes_pending)
 
+    def stats(self) -> dict[str, int]:
+        """Its gauges and counters as the processor reports them (summed over the receiving processes')."""
+        return {
+            "wal_bytes": self.size_bytes,
+            "wal_pending_rows": self.pending_rows,
+            "log_appended_requests": self.appended_rows,  # rows: requests, late spans, jobs
+            "log_append_commits": self.append_commits,  # fewer than rows: group commit
+        }
+
     def append(self, kind: str, body: bytes, parts: int, timeout: float = 30.0) -> int:
         """Store ``body`` durably and return its row id; ``parts`` acknowledgements delete it."""
         item = self._enqueue(kind, body, parts)

@@ -15,7 +15,7 @@ TRACE = bytes(range(1, 17))
 
 def test_a_job_reads_back_as_it_was_stored(tmp_path: Path) -> None:
     decision = TraceDecision(True, "status ERROR", ("00112233aabbccdd",), expected_output="42 ü")
-    body = encode_job(TRACE, decision, b"spans" * 100, b"logs")
+    body = encode_job(TRACE, decision, (b"spans" * 40, b"spans" * 60), (b"logs",))
     wal = WriteAheadLog(tmp_path, 1 << 20)
     try:
         row = wal.append(KIND_ANALYSIS, body, parts=1)
@@ -37,7 +37,7 @@ def test_a_job_reads_back_as_it_was_stored(tmp_path: Path) -> None:
         b"",
         b"\x00\x00\x00\x05{}",
         b"\x00\x00\x01\x00not json",
-        encode_job(TRACE, TraceDecision(True), b"x", b"")[:-1],
+        encode_job(TRACE, TraceDecision(True), (b"x",), ())[:-1],
     ],
 )
 def test_what_is_not_a_job_is_said_to_be_not_one(body: bytes) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
@@ -98,6 +99,17 @@ def _log_rows(wal: Path, kind: str) -> int:
     return rows
 
 
+def _failed_runs(count: int) -> tuple[list[list[ReadableSpan]], set[str]]:
+    """``count`` failed runs (the Solver's wrong answer) and their trace ids."""
+    traces = [
+        record_agent_run(
+            [("Planner", f"Plan {n}: compute 6*7."), ("Solver", "The answer is 41.")], failed=True
+        )
+        for n in range(count)
+    ]
+    return traces, {f"{trace[0].context.trace_id:032x}" for trace in traces}
+
+
 def _late_blames(sink: RecordingOTLPSink) -> set[str]:
     return {
         recorded.trace_id
@@ -117,13 +129,7 @@ def _blamed_roots(sink: RecordingOTLPSink) -> set[str]:
 
 def test_a_trace_forwarded_before_its_analysis_is_blamed_after_a_sigkill(tmp_path: Path) -> None:
     wal = tmp_path / "wal"
-    traces = [
-        record_agent_run(
-            [("Planner", f"Plan {n}: compute 6*7."), ("Solver", "The answer is 41.")], failed=True
-        )
-        for n in range(3)
-    ]
-    trace_ids = {f"{trace[0].context.trace_id:032x}" for trace in traces}
+    traces, trace_ids = _failed_runs(3)
     stalled = ScriptedLLM(lambda request: Reply(content="", delay_seconds=120))  # the analysis never ends
     with RecordingOTLPSink() as sink, stalled:
         process = _serve(
@@ -160,13 +166,7 @@ def test_a_trace_forwarded_before_its_analysis_is_blamed_after_a_sigkill(tmp_pat
 
 def test_a_blame_replayed_after_a_sigkill_is_written_once(tmp_path: Path) -> None:
     wal = tmp_path / "wal"
-    traces = [
-        record_agent_run(
-            [("Planner", f"Plan {n}: compute 6*7."), ("Solver", "The answer is 41.")], failed=True
-        )
-        for n in range(4)
-    ]
-    trace_ids = {f"{trace[0].context.trace_id:032x}" for trace in traces}
+    traces, trace_ids = _failed_runs(4)
     counting = {"OTEL_BLAME_ALERTING__COUNT_UNDECIDED": "true"}  # every blame on the culprit counters
     with RecordingOTLPSink() as sink:
         sink.set_available(False)  # the downstream is down: the blamed traces wait in the log

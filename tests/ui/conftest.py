@@ -1,4 +1,5 @@
-"""A blame store seeded with attributed Who&When runs (and one hostile run), and UI apps over it."""
+"""Blame stores for the UI tests: one seeded with attributed Who&When runs (and one hostile run), one
+empty, and a UI client over the empty one."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
 from otel_blame.store import BlameStore, StoreConfig, open_store
 from otel_blame.store.records import StoredRun
+from otel_blame.ui.app import create_ui_app
 from tests.store.runs import attributed_runs, hostile_run
 
 HOSTILE_TRACE = "d" * 32
@@ -24,3 +27,15 @@ def seeded(tmp_path: Path) -> tuple[BlameStore, list[StoredRun]]:
         store.add(run)
     yield store, runs
     store.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BlameStore:
+    opened = open_store(StoreConfig(path=tmp_path / "blame-store.sqlite3"))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def client(store: BlameStore) -> TestClient:
+    return TestClient(create_ui_app(store), follow_redirects=False)

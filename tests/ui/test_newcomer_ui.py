@@ -11,45 +11,22 @@ import re
 import time
 from pathlib import Path
 
-import pytest
 from starlette.testclient import TestClient
 
 from otel_blame.attribution.decision import undecided_sentence
-from otel_blame.attribution.registry import DEFAULT_METHOD
 from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.store import BlameStore, StoreConfig, open_store
 from otel_blame.store.records import build_run
 from otel_blame.trajectory import Outcome, Task, Trajectory
 from otel_blame.ui.app import create_ui_app
-from otel_blame.ui.security import CSRF_COOKIE
 from tests.store.runs import WHO_AND_WHEN
+from tests.ui.uploads import upload
 
 HAND_CRAFTED = WHO_AND_WHEN / "Hand-Crafted"
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> BlameStore:
-    opened = open_store(StoreConfig(path=tmp_path / "blame-store.sqlite3"))
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client(store: BlameStore) -> TestClient:
-    return TestClient(create_ui_app(store), follow_redirects=False)
-
-
 def _visible(page: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
-
-
-def _upload_page(client: TestClient, file: Path, method: str = DEFAULT_METHOD):  # noqa: ANN202
-    client.get("/ui/attribute")
-    return client.post(
-        "/ui/attribute",
-        files={"file": (file.name, file.read_bytes(), "application/json")},
-        data={"method": method, "csrf_token": client.cookies.get(CSRF_COOKIE)},
-    )
 
 
 def _run(agents: list[str], *, decided: bool, culprit: int = 1, trace: str = "ab" * 16) -> tuple:
@@ -91,8 +68,8 @@ def test_signals_is_reported_and_listed_as_signals(client: TestClient) -> None:
 
 def test_the_same_file_under_two_methods_gets_two_links(client: TestClient) -> None:
     file = HAND_CRAFTED / "1.json"
-    first = _upload_page(client, file, "ranker").headers["location"]
-    second = _upload_page(client, file, "signals").headers["location"]
+    first = upload(client, file, "ranker").headers["location"]
+    second = upload(client, file, "signals").headers["location"]
     assert first != second and client.get("/api/failures").json()["total"] == 2
 
 
@@ -105,7 +82,7 @@ def test_the_known_answer_matches_whatever_the_case(client: TestClient, tmp_path
     log["mistake_agent"], log["mistake_step"] = first["agent"].lower(), first["step"]
     file = tmp_path / "11-lower.json"
     file.write_text(json.dumps(log))
-    page = client.get(_upload_page(client, file).headers["location"]).text
+    page = client.get(upload(client, file).headers["location"]).text
     assert "the verdict agent and step match" in _visible(page)
 
 
@@ -129,7 +106,7 @@ def test_a_successful_run_shows_no_heat_and_its_known_answer_as_plain_text(
     log.pop("is_corrected", None)
     file = tmp_path / "succeeded.json"
     file.write_text(json.dumps(log))
-    page = _upload_page(client, file)
+    page = upload(client, file)
     assert page.status_code == 200
     text = page.text
     assert 'class="heat"' not in text and "annotated-badge" not in text and "annotated-mark" not in text
@@ -174,7 +151,7 @@ def test_the_ui_reads_a_store_file_replaced_under_it(tmp_path: Path) -> None:
 
 def test_uploads_are_listed_with_their_file_name_and_keep_their_first_name(client: TestClient) -> None:
     file = HAND_CRAFTED / "1.json"
-    link = _upload_page(client, file).headers["location"]
+    link = upload(client, file).headers["location"]
     again = client.post("/api/attribute", content=file.read_bytes()).json()  # the same content
     assert again["url"] == link
     [listed] = client.get("/api/failures").json()["failures"]

@@ -10,11 +10,9 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
-from otel_blame.attribution.registry import DEFAULT_METHOD
 from otel_blame.attribution.result import Attribution, Candidate
 from otel_blame.commands.attribute import annotation_verdict
 from otel_blame.demo.scenario import mismatch_reason
@@ -22,34 +20,11 @@ from otel_blame.loaders import load_saved_run
 from otel_blame.store import BlameStore, StoreConfig, open_store
 from otel_blame.store.records import build_run
 from otel_blame.trajectory import Outcome, Task, Trajectory
-from otel_blame.ui.app import create_ui_app
-from otel_blame.ui.security import CSRF_COOKIE
 from otel_blame.ui.views import agent_class
 from tests.store.runs import WHO_AND_WHEN
+from tests.ui.uploads import upload
 
 HAND_CRAFTED = WHO_AND_WHEN / "Hand-Crafted"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> BlameStore:
-    opened = open_store(StoreConfig(path=tmp_path / "blame-store.sqlite3"))
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def client(store: BlameStore) -> TestClient:
-    return TestClient(create_ui_app(store), follow_redirects=False)
-
-
-def _upload(client: TestClient, file: Path) -> TestClient:
-    client.get("/ui/attribute")
-    csrf = client.cookies.get(CSRF_COOKIE)
-    return client.post(
-        "/ui/attribute",
-        files={"file": (file.name, file.read_bytes(), "application/json")},
-        data={"method": DEFAULT_METHOD, "csrf_token": csrf},  # what the API uses when none is given
-    )
 
 
 def _long_run(steps: int, culprit: int, *, top: float = 0.085) -> tuple[Trajectory, Attribution]:
@@ -243,7 +218,7 @@ def test_the_drop_zone_says_no_file_chosen_once(client: TestClient) -> None:
 
 def test_uploads_are_kept_with_their_source_and_a_link(store: BlameStore, client: TestClient) -> None:
     file = HAND_CRAFTED / "1.json"
-    posted = _upload(client, file)
+    posted = upload(client, file)
     assert posted.status_code == 303
     link = posted.headers["location"]
     assert re.fullmatch(r"/ui/runs/[0-9a-f]{32}", link)
@@ -251,7 +226,7 @@ def test_uploads_are_kept_with_their_source_and_a_link(store: BlameStore, client
     assert "<h1>Attribution of 1.json</h1>" in page and f'href="{link}" id="share-link"' in page
     assert 'id="verdict"' in page
     # the same file again: the same link
-    assert _upload(client, file).headers["location"] == link
+    assert upload(client, file).headers["location"] == link
     listed = client.get("/api/failures").json()["failures"]
     assert [(f["source"], f["trace_id"]) for f in listed] == [("upload: 1.json", link.rsplit("/", 1)[1])]
     # the API keeps it too and answers the link

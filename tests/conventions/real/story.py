@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from otel_blame import semconv as sc
 from otel_blame.attribution.registry import create_method
 from otel_blame.attribution.result import Attribution
+from otel_blame.conventions import Built
 from otel_blame.trajectory import Outcome, StepKind, Trajectory
 
 QUESTION = "How many people live in Paris?"
@@ -177,9 +178,12 @@ def assert_failed_search(trajectory: Trajectory, span: ReadableSpan, agent: str)
     assert TOOL_ERROR in step.content and QUERY in (step.arguments or ""), step
 
 
-def assert_agents(trajectory: Trajectory, manager: str, researcher: str, service: str) -> None:
+def assert_agents(built: Built, manager: str, researcher: str, service: str) -> None:
+    """The two agents by names of their own: told apart, never the service's, none left unnamed."""
+    trajectory = built.trajectory
     assert sorted(trajectory.agents) == sorted([manager, researcher]), trajectory.agents
     assert manager != researcher and service not in trajectory.agents
+    assert built.notes.agent_unnamed == 0
 
 
 def failed_run(trajectory: Trajectory) -> Trajectory:
@@ -193,6 +197,28 @@ def failed_run(trajectory: Trajectory) -> Trajectory:
 def blame(trajectory: Trajectory) -> Attribution:
     """The default method's verdict on the failed run."""
     return create_method("ranker").attribute(failed_run(trajectory))
+
+
+def assert_blamed_on(trajectory: Trajectory, agent: str, allowed: Sequence[ReadableSpan]) -> None:
+    """The default method blames ``agent``, at a step from one of the ``allowed`` spans."""
+    verdict = blame(trajectory)
+    assert_blamed(trajectory, verdict.step, allowed)
+    assert verdict.agent == agent
+
+
+def assert_late_verdict(
+    answer: dict, trajectory: Trajectory, agent: str, allowed: Sequence[ReadableSpan]
+) -> None:
+    """The processor's answer to the late verdict: attributed to ``agent``, at an allowed span's step."""
+    assert answer["status"] == "attributed"
+    assert answer["agent"] == agent
+    assert_blamed(trajectory, answer["step"], allowed)
+
+
+def assert_culprit_span(culprit: dict, agent: str, allowed: Sequence[ReadableSpan]) -> None:
+    """The span the processor marked as the culprit: one of the allowed, blaming ``agent``."""
+    assert culprit["span_id"] in {span_id(s) for s in allowed}
+    assert culprit["attributes"]["blame.agent"] == agent
 
 
 def assert_blamed(trajectory: Trajectory, step: int, allowed: Iterable[ReadableSpan]) -> None:

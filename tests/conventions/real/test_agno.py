@@ -97,8 +97,7 @@ def test_team_delegating_to_a_member_whose_search_fails(instrumented, sink, make
             story.model(TEAM, CHAT, story.ANSWER),
         ],
     )
-    story.assert_agents(trajectory, TEAM, RESEARCHER, SERVICE)
-    assert built.notes.agent_unnamed == 0
+    story.assert_agents(built, TEAM, RESEARCHER, SERVICE)
     search = story.the_span(spans, "web_search")
     story.assert_failed_search(trajectory, search, RESEARCHER)
     assert trajectory.outcome != Outcome.FAILURE  # the team's run ended with status OK
@@ -109,11 +108,7 @@ def test_team_delegating_to_a_member_whose_search_fails(instrumented, sink, make
         story.model_call_asking_for(spans, "web_search"),
         story.model_call_saying(spans, story.FABRICATED),
     ]
-    verdict = story.blame(trajectory)
-    story.assert_blamed(trajectory, verdict.step, pointed_at)
-    assert verdict.agent == RESEARCHER
+    story.assert_blamed_on(trajectory, RESEARCHER, pointed_at)
 
     answer = send_then_verdict(make_processor(), sink, spans)
-    assert answer["status"] == "attributed"
-    assert answer["agent"] == RESEARCHER
-    story.assert_blamed(trajectory, answer["step"], pointed_at)
+    story.assert_late_verdict(answer, trajectory, RESEARCHER, pointed_at)

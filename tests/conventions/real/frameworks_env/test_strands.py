@@ -107,8 +107,7 @@ def test_manager_using_a_researcher_agent_as_a_tool_whose_search_fails(
             story.model(MANAGER, "chat", story.ANSWER),
         ],
     )
-    story.assert_agents(trajectory, MANAGER, RESEARCHER, SERVICE)
-    assert built.notes.agent_unnamed == 0
+    story.assert_agents(built, MANAGER, RESEARCHER, SERVICE)
     search = story.the_span(spans, "execute_tool web_search")
     story.assert_failed_search(trajectory, search, RESEARCHER)
     assert trajectory.outcome != Outcome.FAILURE
@@ -119,11 +118,7 @@ def test_manager_using_a_researcher_agent_as_a_tool_whose_search_fails(
         story.model_call_asking_for(spans, "web_search"),
         story.model_call_saying(spans, story.FABRICATED),
     ]
-    verdict = story.blame(trajectory)
-    story.assert_blamed(trajectory, verdict.step, pointed_at)
-    assert verdict.agent == RESEARCHER
+    story.assert_blamed_on(trajectory, RESEARCHER, pointed_at)
 
     answer = send_then_verdict(make_processor(), sink, spans)
-    assert answer["status"] == "attributed"
-    assert answer["agent"] == RESEARCHER
-    story.assert_blamed(trajectory, answer["step"], pointed_at)
+    story.assert_late_verdict(answer, trajectory, RESEARCHER, pointed_at)
