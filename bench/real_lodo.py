@@ -32,10 +32,6 @@ from otel_blame.attribution.baselines import positional_baselines
 from otel_blame.bench import real_data as rd
 
 
-def _pct(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.1f}"
-
-
 def _commit() -> str:
     try:
         return subprocess.run(

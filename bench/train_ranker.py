@@ -127,12 +127,14 @@ def main() -> None:
     )
     datasets: dict[str, list[rf.LabelledRun]] = {}
     for run in [*who, *trail]:
-        datasets.setdefault(run.group if run.group.startswith("trail") else f"ww-{run.group}", []).append(run)
+        datasets.setdefault(rd.dataset_name(run.group), []).append(run)
     if injected:
         datasets[rd.ZOO] = injected
+    fits: rd.Fits = {}  # each model fitted once, for the report and the model shipped
     if who or trail:
         print("#### Real data sets, leave-one-dataset-out\n")
-        print("\n".join(rd.report_lines(rd.leave_one_dataset_out(datasets), positional_baselines())) + "\n")
+        report = rd.leave_one_dataset_out(datasets, fits=fits)
+        print("\n".join(rd.report_lines(report, positional_baselines())) + "\n")
     if who:
         scored = rf.cross_validate(who, k=args.folds, seed=args.seed, extra=[*injected, *trail])
         print(
@@ -155,7 +157,7 @@ def main() -> None:
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV", scored, injected, "group")))
         print("\n".join(_table(f"Campaigns, {args.folds}-fold CV, by fault kind", scored, injected, "kind")))
     if not args.no_write:
-        model, _ = rd.fit_shipped(datasets)
+        model = rd.fit_shipped(datasets, fits=fits)
         args.out.write_text(json.dumps(model.to_dict(), indent=1) + "\n", encoding="utf-8")
         said = f"trained on {model.trained_on}; decided at support {model.decided_threshold}"
         print(f"wrote {args.out} ({said})")

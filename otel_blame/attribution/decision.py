@@ -11,6 +11,7 @@ regardless.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -81,6 +82,30 @@ def undecided_parts(candidates: Sequence[Candidate], agent: str, step: int) -> l
         (None if position > 0 and name == shown[position - 1][0] else name, index)
         for position, (name, index) in enumerate(shown)
     ]
+
+
+class Verdict(Protocol):
+    """What a verdict's sentence reads: an Attribution, or a stored run."""
+
+    @property
+    def agent(self) -> str: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def decided(self) -> bool: ...
+
+    @property
+    def candidates(self) -> Sequence[Candidate]: ...
+
+
+def verdict_sentence(verdict: Verdict) -> str:
+    """The verdict's line on every surface: ``coder at step 2``, or, when the evidence did not decide
+    it, ``Undecided: coder at step 2 or planner at step 1``."""
+    if verdict.decided:
+        return f"{verdict.agent} at step {verdict.step}"
+    return undecided_sentence(verdict.candidates, verdict.agent, verdict.step)
 
 
 def undecided_sentence(candidates: Sequence[Candidate], agent: str, step: int) -> str:

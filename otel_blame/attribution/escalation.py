@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
+from otel_blame.attribution.llm_client import one_line
 from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.trajectory import Trajectory
 
@@ -44,11 +45,6 @@ def _spent(*costs: Cost) -> Cost:
         output_tokens=sum(cost.output_tokens for cost in costs),
         seconds=round(sum(cost.seconds for cost in costs), 4),
     )
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_PROBLEM_CHARS else text[: _MAX_PROBLEM_CHARS - 3] + "..."
 
 
 class EscalatingAttribution:
@@ -85,7 +81,7 @@ class EscalatingAttribution:
         try:
             checked = self.checker.check(shown, verdict)
         except AttributionError as error:
-            problem = _short(str(error))
+            problem = one_line(str(error), _MAX_PROBLEM_CHARS)
             log.warning(
                 "trace %s: %s failed, the offline verdict stands: %s",
                 trajectory.trace_id,

@@ -146,7 +146,12 @@ class HeuristicAttribution:
 
     name = METHOD_NAME
 
-    def __init__(self, *, with_ground_truth: bool = False, weights: Weights | None = None) -> None:
+    def __init__(
+        self, *, with_ground_truth: bool = False, weights: Weights | None = None, name: str = METHOD_NAME
+    ) -> None:
+        # the registry builds it as "signals": "heuristic" now names the ranker, and verdicts of both
+        # saying "heuristic" showed one file twice in the failures list, with different culprits
+        self.name = name
         self.with_ground_truth = with_ground_truth
         self.weights = weights or Weights()
 
@@ -181,7 +186,7 @@ class HeuristicAttribution:
             step=best.step.index,
             confidence=confidence,
             reason=reason,
-            method=METHOD_NAME,
+            method=self.name,
             candidates=candidates,
             cost=Cost(seconds=round(time.perf_counter() - started, 6)),
         )

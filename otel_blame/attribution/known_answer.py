@@ -9,6 +9,19 @@ the same pair is a match everywhere.
 
 from __future__ import annotations
 
+from typing import Protocol
+
+
+class Answer(Protocol):
+    """An agent and a step: a known answer (a file's annotation) or a verdict (an Attribution, a
+    stored run)."""
+
+    @property
+    def agent(self) -> str | None: ...
+
+    @property
+    def step(self) -> int | None: ...
+
 
 def agent_key(name: str) -> str:
     """What two names of one agent have in common: no white space, case folded."""
@@ -20,15 +33,14 @@ def same_agent(one: str | None, other: str | None) -> bool:
     return one is not None and other is not None and agent_key(one) == agent_key(other)
 
 
-def compare(
-    known_agent: str | None, known_step: int | None, agent: str | None, step: int | None
-) -> tuple[str, str]:
+def compare(known: Answer, verdict: Answer | None) -> tuple[str, str]:
     """(``agent and step match`` …, a style word: good, partial, bad, none) for a verdict against the
-    known answer; ``("", "none")`` when there is no verdict."""
-    if agent is None:
+    known answer, in the words the CLI and the web UI both show; ``("", "none")`` when nothing was
+    blamed (no verdict, or one without an agent)."""
+    if verdict is None or verdict.agent is None:
         return "", "none"
-    agent_ok = same_agent(known_agent, agent)
-    step_ok = known_step is not None and known_step == step
+    agent_ok = same_agent(known.agent, verdict.agent)
+    step_ok = known.step is not None and known.step == verdict.step
     if agent_ok and step_ok:
         return "agent and step match", "good"
     if agent_ok:

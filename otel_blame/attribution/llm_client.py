@@ -286,7 +286,7 @@ class LLMClient:
             what = (
                 f"LLM request to {self.settings.base_url or 'OpenAI'} (model {self.settings.model}) "
                 f"failed after {attempts} attempt(s): {type(error).__name__}: "
-                f"{_short(self._without_secret(str(error)))}"
+                f"{one_line(self._without_secret(str(error)))}"
             )
             if left is not None and left <= 0 and isinstance(error, openai.APITimeoutError):
                 raise DeadlineExceeded(f"attribution deadline reached; {what}") from None
@@ -342,13 +342,13 @@ class LLMClient:
                 answer = answer_model.model_validate(extract_json_object(reply))
                 problem = (check(answer) if check else None) or ""
             except (ValueError, ValidationError) as error:
-                problem = _short(str(error), 400)
+                problem = one_line(str(error), 400)
             if not problem:
                 return answer
             if attempt == 0:
                 log.info("LLM answer rejected (%s); asking once more", problem)
                 conversation += [
-                    {"role": "assistant", "content": _short(reply, 2000)},
+                    {"role": "assistant", "content": one_line(reply, 2000)},
                     {
                         "role": "user",
                         "content": f"Your answer was not usable: {problem}\nReply again with only one JSON "
@@ -358,6 +358,7 @@ class LLMClient:
         raise AttributionError(f"the LLM gave no usable answer after one corrective re-ask: {problem}")
 
 
-def _short(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (runs of white space one space), cut to ``limit`` characters with ``...``."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

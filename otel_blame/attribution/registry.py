@@ -8,12 +8,11 @@ or tenacity (start-up time, docs/benchmarks.md "CLI start-up").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from otel_blame.attribution.base import AttributionMethod
     from otel_blame.attribution.llm_client import LLMSettings
-    from otel_blame.attribution.result import Attribution
     from otel_blame.trajectory import Trajectory
 
 DEFAULT_METHOD = "ranker"
@@ -40,25 +39,6 @@ ESCALATIONS: tuple[Escalation, ...] = ("never", "undecided", "always")
 DEFAULT_ESCALATION: Escalation = "undecided"  # takes effect only with an LLM endpoint configured
 
 
-class _AskedFor:
-    """A method whose verdicts say the registry name it was built under: ``signals`` is the earlier
-    offline method, whose own name (``heuristic``) is now the ranker's alias, so without this the
-    failures list showed two "heuristic" rows for one file with different culprits."""
-
-    def __init__(self, method: AttributionMethod, name: str) -> None:
-        self.method = method
-        self.name = name
-
-    def attribute(self, trajectory: Trajectory) -> Attribution:
-        attribution = self.method.attribute(trajectory)
-        if attribution.method == self.name:
-            return attribution
-        return attribution.model_copy(update={"method": self.name})
-
-    def __getattr__(self, attribute: str) -> Any:  # score_steps, weights … of the method itself
-        return getattr(self.method, attribute)
-
-
 def _offline(name: str, with_ground_truth: bool) -> AttributionMethod:
     if name in ("ranker", "heuristic"):
         from otel_blame.attribution.ranker import RankerAttribution
@@ -67,7 +47,7 @@ def _offline(name: str, with_ground_truth: bool) -> AttributionMethod:
     if name == "signals":
         from otel_blame.attribution.heuristic import HeuristicAttribution
 
-        return _AskedFor(HeuristicAttribution(with_ground_truth=with_ground_truth), name)
+        return HeuristicAttribution(with_ground_truth=with_ground_truth, name=name)
     from otel_blame.attribution.random_baseline import RandomAttribution
 
     return RandomAttribution(seed=0)

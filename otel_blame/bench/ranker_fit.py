@@ -23,7 +23,6 @@ from otel_blame.attribution.ranker import (
     FEATURES,
     RankerModel,
     StepRows,
-    confidence_of,
     decide,
     rank,
     step_rows,
@@ -90,13 +89,6 @@ class LabelledRun:
         """The candidate positions of the accepted steps."""
         position = {index: at for at, index in enumerate(self.rows.candidates)}
         return [position[step] for step in self.accepted if step in position]
-
-    @property
-    def target(self) -> int | None:
-        try:
-            return self.rows.candidates.index(self.mistake_step)
-        except ValueError:
-            return None
 
 
 def load_group(
@@ -230,9 +222,7 @@ class Scored:
     run: LabelledRun
     agent: str
     step: int
-    confidence: float = 0.0
-    ranked: tuple[tuple[float, int], ...] = ()
-    support: float = 0.0  # the blamed agent's share of the ranking (what decided is read from)
+    support: float  # the blamed agent's share of the ranking (what decided is read from)
 
     @property
     def agent_correct(self) -> bool:
@@ -255,7 +245,7 @@ def predict(model: RankerModel, runs: Iterable[LabelledRun]) -> list[Scored]:
         chosen = decide(run.rows, ranked, model)
         agent = run.rows.trajectory.steps[chosen].agent
         support = support_of(run.rows, ranked, agent)
-        found.append(Scored(run, agent, chosen, confidence_of(ranked, chosen), tuple(ranked), support))
+        found.append(Scored(run, agent, chosen, support))
     return found
 
 

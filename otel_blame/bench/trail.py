@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
-from otel_blame.attribution.baselines import POSITIONAL_RULES
+from otel_blame.attribution.baselines import PositionalBaseline
 from otel_blame.attribution.known_answer import agent_key, same_agent
 from otel_blame.attribution.result import Attribution
 from otel_blame.loaders import load_trajectory
@@ -249,33 +249,19 @@ def trail_baselines(dataset_dir: Path, files: Iterable[Path]) -> list[TrailSumma
     1/n, so hit@1 is the share of steps on labelled spans and hit@3 the chance that three distinct
     random steps include one."""
     rows: dict[str, list[TrailRecord]] = {name: [] for name in (*TRAIL_BASELINES, "random")}
+    baselines = [PositionalBaseline(name) for name in TRAIL_BASELINES]
     for path in files:
         case = load_trail_case(path, dataset_dir)
         steps = case.trajectory.steps
         if not case.errors or not steps:
             continue
-        for name in TRAIL_BASELINES:
-            pick = POSITIONAL_RULES[name][0](case.trajectory)
-            rows[name].append(score_trail_case(case, _pick(case.trajectory, pick)))
+        for baseline in baselines:
+            rows[baseline.rule].append(score_trail_case(case, baseline.attribute(case.trajectory)))
         rows["random"].append(_random_expectation(case))
     out = []
     for name, records in rows.items():
         out.extend(summarise_trail(records, name=name))
     return out
-
-
-def _pick(trajectory: Trajectory, step: int) -> Attribution:
-    from otel_blame.attribution.result import Candidate
-
-    agent = trajectory.steps[step].agent
-    return Attribution(
-        agent=agent,
-        step=step,
-        confidence=0.0,
-        reason="positional rule",
-        method="baseline",
-        candidates=[Candidate(step=step, agent=agent, score=1.0)],
-    )
 
 
 def _random_expectation(case: TrailCase) -> TrailRecord:
@@ -320,10 +306,11 @@ def trail_table(rows: Sequence[TrailSummary], method: str) -> list[str]:
     )
     lines = [header]
     for row in sorted(rows, key=lambda r: (r.subset, r.name != method)):
-        cells = [_percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
+        cells = [percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
         lines.append(f"{row.name:<14} {row.subset:<10} {row.traces:>6} " + " ".join(f"{c:>6}" for c in cells))
     return lines
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A share as a percentage to one decimal (``–`` when there is none): a table cell."""
     return "–" if value is None else f"{100 * value:.1f}"

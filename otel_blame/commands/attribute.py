@@ -53,12 +53,11 @@ def annotation_matches(annotation: Annotation, attribution: Attribution | None) 
 
 
 def annotation_verdict(annotation: Annotation, attribution: Attribution | None) -> tuple[str, str]:
-    """(``agent and step match`` …, a style word: good, partial, bad, none) for the annotation line."""
+    """(``agent and step match`` …, a style word: good, partial, bad, none) for the annotation line:
+    :func:`otel_blame.attribution.known_answer.compare`, the web UI's comparison too."""
     from otel_blame.attribution.known_answer import compare
 
-    if attribution is None:
-        return "", "none"
-    return compare(annotation.agent, annotation.step, attribution.agent, attribution.step)
+    return compare(annotation, attribution)
 
 
 def _verdict_json(
@@ -76,13 +75,9 @@ def _verdict_json(
     out["outcome"] = trajectory.outcome.value
     out["blamed"] = attribution is not None
     if attribution is not None:
-        from otel_blame.attribution.decision import undecided_sentence
+        from otel_blame.attribution.decision import verdict_sentence
 
-        out["verdict"] = (
-            f"{attribution.agent} at step {attribution.step}"
-            if attribution.decided
-            else undecided_sentence(attribution.candidates, attribution.agent, attribution.step)
-        )
+        out["verdict"] = verdict_sentence(attribution)
     out["decision"] = decision.model_dump(mode="json")
     out["recorded"] = recorded
     out["steps"] = [

@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.decision import BlameDecision, blame_decision
+from otel_blame.attribution.decision import BlameDecision, blame_decision, verdict_sentence
 from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES, create_method, is_llm_method
 from otel_blame.loaders import SavedRun
@@ -48,7 +48,6 @@ from otel_blame.ui.uploads import (
 )
 from otel_blame.ui.views import (
     WINDOWS,
-    agent_class,
     colour_classes,
     culprits_plot,
     format_ago,
@@ -57,7 +56,6 @@ from otel_blame.ui.views import (
     parse_duration,
     run_view,
     shorten,
-    verdict_sentence,
 )
 
 log = logging.getLogger(__name__)
@@ -131,7 +129,6 @@ class BlameUI:
         self.templates.filters["ago"] = format_ago
         self.templates.filters["heat"] = heat_colour
         self.templates.filters["pct"] = lambda value: f"{100 * float(value):.0f}%"
-        self.templates.filters["agent_class"] = agent_class
         self.templates.filters["shorten"] = shorten
         self.templates.tests["same_agent"] = same_agent
 
@@ -317,7 +314,7 @@ class BlameUI:
     def _count_undecided(self, request: Request) -> bool:
         """``?undecided=1`` counts undecided verdicts among culprits, ``0`` does not; else the setting."""
         raw = request.query_params.get("undecided", "").strip().lower()
-        if raw in ("", None):
+        if not raw:
             return self.settings.count_undecided
         if raw in ("1", "true", "yes", "on"):
             return True
@@ -336,7 +333,6 @@ class BlameUI:
             active="culprits",
             report=report,
             plot=culprits_plot(report),
-            count_undecided=count_undecided,
             window=window_text,
             windows=list(WINDOWS),
         )

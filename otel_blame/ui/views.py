@@ -10,7 +10,7 @@ from functools import cached_property
 
 from markupsafe import Markup, escape
 
-from otel_blame.attribution.decision import BlameDecision, undecided_parts, undecided_sentence
+from otel_blame.attribution.decision import BlameDecision, undecided_parts
 from otel_blame.attribution.known_answer import compare
 from otel_blame.loaders import Annotation
 from otel_blame.store.records import CulpritReport, StoredRun
@@ -215,14 +215,6 @@ def rails(agents: list[tuple[str, int]]) -> list[Markup]:
     ]
 
 
-def verdict_sentence(run: StoredRun) -> str:
-    """The verdict's line on every surface: ``coder at step 2``, or, when the evidence did not decide
-    it, ``Undecided: coder at step 2 or planner at step 1``."""
-    if run.decided:
-        return f"{run.agent} at step {run.step}"
-    return undecided_sentence(run.candidates, run.agent, run.step)
-
-
 @dataclass
 class RunView:
     trajectory: Trajectory
@@ -235,7 +227,6 @@ class RunView:
     top_score: float
     ranked: list[tuple[int, str, float]] = field(default_factory=list)  # (step, agent, score)
     annotation: Annotated | None = None
-    colours: dict[str, int] = field(default_factory=dict)  # agent -> colour class, none shared
 
     @cached_property
     def strip_marks(self) -> Markup:
@@ -244,6 +235,11 @@ class RunView:
     @cached_property
     def rails(self) -> list[Markup]:
         return rails(self.agents)
+
+    @cached_property
+    def colours(self) -> dict[str, int]:
+        """agent -> colour class, none shared (the lanes' colours)."""
+        return dict(self.agents)
 
     @property
     def decided(self) -> bool:
@@ -369,7 +365,7 @@ def run_view(
         )[:5]
     annotated = None
     if annotation is not None and (annotation.agent is not None or annotation.step is not None):
-        said, quality = compare_with_annotation(annotation, run)
+        said, quality = compare(annotation, run)
         annotated = Annotated(annotation.agent, annotation.step, said, quality)
     return RunView(
         trajectory=trajectory,
@@ -382,15 +378,7 @@ def run_view(
         top_score=top,
         ranked=ranked,
         annotation=annotated,
-        colours=colours,
     )
-
-
-def compare_with_annotation(annotation: Annotation, run: StoredRun | None) -> tuple[str, str]:
-    """How the verdict compares with the known answer, in the CLI's words."""
-    if run is None:
-        return "", "none"
-    return compare(annotation.agent, annotation.step, run.agent, run.step)
 
 
 @dataclass
