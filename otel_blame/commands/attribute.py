@@ -52,14 +52,6 @@ def annotation_matches(annotation: Annotation, attribution: Attribution | None) 
     return {"agent_matches": agent, "step_matches": step}
 
 
-def annotation_verdict(annotation: Annotation, attribution: Attribution | None) -> tuple[str, str]:
-    """(``agent and step match`` …, a style word: good, partial, bad, none) for the annotation line:
-    :func:`otel_blame.attribution.known_answer.compare`, the web UI's comparison too."""
-    from otel_blame.attribution.known_answer import compare
-
-    return compare(annotation, attribution)
-
-
 def _verdict_json(
     run: SavedRun,
     decision: BlameDecision,
@@ -170,8 +162,10 @@ def _verdict_rows(
             rows.append(("", [(note, "dim")]))
     annotation = run.annotation
     if annotation is not None:
+        from otel_blame.attribution.known_answer import compare
+
         known = f"{annotation.agent} at step {annotation.step}"
-        said, quality = annotation_verdict(annotation, attribution)
+        said, quality = compare(annotation, attribution)
         if said:
             rows.append(("annotation", [(f"{known}: the verdict ", None), (said, quality)]))
         else:

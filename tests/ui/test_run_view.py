@@ -13,8 +13,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from starlette.testclient import TestClient
 
+from otel_blame.attribution.known_answer import compare
 from otel_blame.attribution.result import Attribution, Candidate
-from otel_blame.commands.attribute import annotation_verdict
 from otel_blame.demo.scenario import mismatch_reason
 from otel_blame.loaders import load_saved_run
 from otel_blame.store import BlameStore, StoreConfig, open_store
@@ -55,7 +55,7 @@ def test_the_known_answer_is_on_the_page_in_the_cli_s_words(client: TestClient) 
     answer = client.post("/api/attribute", content=file.read_bytes()).json()
     page = client.get(answer["url"]).text
     saved = load_saved_run(file)
-    said, quality = annotation_verdict(saved.annotation, Attribution.model_validate(
+    said, quality = compare(saved.annotation, Attribution.model_validate(
         {**{k: answer[k] for k in ("agent", "step", "confidence", "reason", "method")}}
     ))  # fmt: skip
     line = re.search(r'<dd id="annotation" class="text-fact annotation-(\w+)">(.*?)</dd>', page, re.S)
