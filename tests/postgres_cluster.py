@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.ports import reserve_port
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
@@ -25,12 +26,6 @@ def _pg_bin(name: str) -> str | None:
         if (directory / name).exists():
             return str(directory / name)
     return shutil.which(name)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class PostgresCluster:
@@ -55,7 +50,7 @@ class PostgresCluster:
         self.data = self.root / "data"
         if owner is not None:
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
-        self.port = _free_port()
+        self.port = reserve_port()
         self.env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
         subprocess.run(
             [*self.prefix, self.initdb, "-D", str(self.data), "--auth=trust", "--username=postgres"]

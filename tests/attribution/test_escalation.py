@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from dataclasses import replace
 
 import pytest
@@ -18,6 +17,7 @@ from otel_blame.attribution.ranker import RankerAttribution, RankerModel
 from otel_blame.attribution.registry import create_method, escalates
 from otel_blame.attribution.result import Candidate
 from otel_blame.trajectory import Trajectory
+from tests.ports import reserve_port
 from tests.support import Reply
 from tests.support.decided import ALWAYS_DECIDED, NEVER_DECIDED, set_decided_threshold
 
@@ -155,15 +155,9 @@ def test_an_endpoint_from_the_environment_turns_escalation_on(monkeypatch, llm, 
     assert result.method == "ranker+guided_check" and server.calls > 0
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_down_endpoint_leaves_the_offline_verdict_with_a_reason():
     settings = LLMSettings(
-        base_url=f"http://127.0.0.1:{_closed_port()}/v1", api_key="sk-test", max_retries=1, backoff_seconds=0
+        base_url=f"http://127.0.0.1:{reserve_port()}/v1", api_key="sk-test", max_retries=1, backoff_seconds=0
     )
     run = coordinated_run()
     method = escalating(settings, NEVER_DECIDED)

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from tests.ports import reserve_port
+
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG_DIR = REPO / "collector_config"
 E2E_BIN_DIR = Path(os.environ.get("OTEL_BLAME_E2E_BIN", Path.home() / ".cache" / "otel-blame-e2e" / "bin"))
@@ -40,13 +42,6 @@ def missing_binary_reason(path: Path) -> str | None:
     if path.is_file() and os.access(path, os.X_OK):
         return None
     return f"{path} is not built; {BUILD_HINT}"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -203,11 +198,11 @@ class Collector:
         wrapper: Sequence[str] = (),
     ):
         """``wrapper``: argv that runs the Collector (``exec "$@"``), e.g. in a private mount namespace."""
-        self.grpc_port = free_port()
-        self.http_port = free_port()
-        self.health_port = free_port()
-        self.telemetry_port = free_port()
-        self.metrics_port = free_port()
+        self.grpc_port = reserve_port()
+        self.http_port = reserve_port()
+        self.health_port = reserve_port()
+        self.telemetry_port = reserve_port()
+        self.metrics_port = reserve_port()
         self.env = {
             **os.environ,
             "OTELCOL_LISTEN_HOST": "127.0.0.1",
@@ -282,12 +277,12 @@ class Jaeger:
     """Jaeger v2 built by deploy/build_components.sh, with in-memory storage, queried over HTTP."""
 
     def __init__(self, group: ProcessGroup, name: str = "jaeger"):
-        self.otlp_grpc_port = free_port()
-        self.query_port = free_port()
-        health_port = free_port()
+        self.otlp_grpc_port = reserve_port()
+        self.query_port = reserve_port()
+        health_port = reserve_port()
         config_path = group.log_dir / f"{name}.yaml"
         config_path.write_text(
-            yaml.safe_dump(jaeger_config(self.otlp_grpc_port, self.query_port, free_port(), health_port))
+            yaml.safe_dump(jaeger_config(self.otlp_grpc_port, self.query_port, reserve_port(), health_port))
         )
         self.proc = group.start(name, [str(JAEGER_BIN), "--config", str(config_path)])
         wait_ready(self.proc, f"http://127.0.0.1:{health_port}/status")
@@ -360,8 +355,8 @@ class BlameServer:
         self.name = name
         self.downstream = downstream
         self.wal_dir = wal_dir
-        self.grpc_port = grpc_port or free_port()
-        self.http_port = http_port or free_port()
+        self.grpc_port = grpc_port or reserve_port()
+        self.http_port = http_port or reserve_port()
         self.env = {**os.environ, **(extra_env or {})}
         self.proc = self._start()
 
@@ -440,7 +435,7 @@ class Alertmanager:
     """Real Alertmanager on loopback with its storage in the group's log directory."""
 
     def __init__(self, group: ProcessGroup, config: Mapping[str, Any], name: str = "alertmanager"):
-        self.port = free_port()
+        self.port = reserve_port()
         config_path = group.log_dir / f"{name}.yml"
         config_path.write_text(yaml.safe_dump(dict(config)))
         argv = [
@@ -475,7 +470,7 @@ class Prometheus:
         rule_files: Mapping[str, str] = {},  # noqa: B006 - read only
         name: str = "prometheus",
     ):
-        self.port = free_port()
+        self.port = reserve_port()
         for file_name, text in rule_files.items():
             (group.log_dir / file_name).write_text(text)
         config_path = group.log_dir / f"{name}.yml"

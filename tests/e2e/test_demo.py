@@ -19,8 +19,9 @@ from otel_blame.demo import Blame, format_blame_table
 from otel_blame.demo.scenario import TASKS, DemoTask, final_answer
 from otel_blame.otlp_json import parse_otlp_json
 from otel_blame.store import StoreConfig, open_store
+from tests.ports import reserve_port
 from tests.store.runs import WHO_AND_WHEN, attributed_runs
-from tests.ui.browser import chromium, free_port, screenshot
+from tests.ui.browser import chromium, screenshot
 
 from .harness import JAEGER_BIN, Jaeger, ProcessGroup, iter_spans, jaeger_tags, missing_binary_reason
 
@@ -152,7 +153,7 @@ def _newcomer_s_path_in_a_browser(site: str, first: str) -> None:
 
 @pytest.mark.slow
 def test_demo_ui_serves_the_demo_s_failures(tmp_path: Path):
-    port = free_port()
+    port = reserve_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "otel_blame.cli", "demo", "--no-jaeger", "--out", str(tmp_path), "--ui",
          "--port", str(port)],

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_blame import semconv as sc
 from otel_blame.demo.scenario import TASKS, SpanCounter, run_tasks
 from otel_blame.instrumentation import configure, record_message, reset_configuration, set_outcome, task
+from tests.ports import reserve_port
 from tests.support import RecordedSpan, RecordingOTLPSink
 
 from .harness import (
@@ -36,7 +37,6 @@ from .harness import (
     Collector,
     Jaeger,
     ProcessGroup,
-    free_port,
     http_get,
     iter_spans,
     jaeger_tags,
@@ -441,7 +441,7 @@ def localhost_addresses() -> list[str]:
 def port_free_on(addresses: list[str]) -> int:
     """One TCP port that every address can bind: the DNS resolver uses a single port for all."""
     for _ in range(50):
-        port = free_port()
+        port = reserve_port()
         sockets = []
         try:
             for address in addresses:

@@ -42,6 +42,7 @@ from otel_blame.instrumentation import (
     set_outcome,
     task,
 )
+from tests.ports import reserve_port
 
 from .harness import (
     E2E_BIN_DIR,
@@ -51,7 +52,6 @@ from .harness import (
     ManagedProcess,
     ProcessGroup,
     Prometheus,
-    free_port,
     http_get,
     missing_binary_reason,
     missing_system_binary_reason,
@@ -96,7 +96,7 @@ class Tempo:
     """Real Grafana Tempo on loopback, single binary, local storage in the group's log directory."""
 
     def __init__(self, group: ProcessGroup, name: str = "tempo"):
-        self.ports = {key: free_port() for key in ("http", "grpc", "otlp", "memberlist")}
+        self.ports = {key: reserve_port() for key in ("http", "grpc", "otlp", "memberlist")}
         config = tempo_test_config(yaml.safe_load(TEMPO_CONFIG.read_text()), group.log_dir / name, self.ports)
         config_path = group.log_dir / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(config))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,15 +16,10 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.ports import reserve_port
 from tests.support import RecordingOTLPSink
 
 from .spans import record_agent_run
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _serve(grpc_port: int, downstream: str, wal: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
@@ -55,7 +49,7 @@ def _span_ids(spans) -> set[bytes]:  # noqa: ANN001
 @pytest.mark.slow
 def test_sigkill_under_load_then_restart_loses_nothing(tmp_path: Path) -> None:
     traces = [record_agent_run([("A", f"step {n}"), ("B", "answer")], failed=n % 5 == 0) for n in range(2000)]
-    port = _free_port()
+    port = reserve_port()
     acked: set[bytes] = set()
     with RecordingOTLPSink() as sink:
         process, _ = _serve(port, sink.endpoint, tmp_path / "wal", "--quiet-period", "0.5")
@@ -106,7 +100,7 @@ def test_sigkill_under_load_then_restart_loses_nothing(tmp_path: Path) -> None:
 def test_sigterm_flushes_buffered_traces(tmp_path: Path) -> None:
     spans = record_agent_run([("A", "a"), ("B", "b")], failed=True)
     with RecordingOTLPSink() as sink:
-        process, ready = _serve(_free_port(), sink.endpoint, tmp_path / "wal", "--quiet-period", "60")
+        process, ready = _serve(reserve_port(), sink.endpoint, tmp_path / "wal", "--quiet-period", "60")
         exporter = OTLPSpanExporter(endpoint=ready["grpc"], insecure=True)
         assert exporter.export(spans) == SpanExportResult.SUCCESS
         exporter.shutdown()
@@ -172,7 +166,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_analysis_workers_end_with_a_sigkilled_processor(tmp_path: Path) -> None:
     with RecordingOTLPSink() as sink:
-        process, _ready = _serve(_free_port(), sink.endpoint, tmp_path / "wal")
+        process, _ready = _serve(reserve_port(), sink.endpoint, tmp_path / "wal")
         below = _children(process.pid)
         assert len(below) >= 2  # the fork server and its workers (one a core)
         process.kill()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -18,6 +17,7 @@ from otel_blame.processor.attributor import AttributionRunner, uses_llm
 from otel_blame.processor.config import AttributionConfig, ConfigError, load_config
 from otel_blame.processor.pipeline import BlameProcessor
 from otel_blame.redaction import Redactor
+from tests.ports import reserve_port
 from tests.support import Reply, ScriptedLLM
 from tests.support.decided import ALWAYS_DECIDED, NEVER_DECIDED, set_decided_threshold
 
@@ -36,12 +36,6 @@ def _llm(base_url: str) -> dict:
 def _failed_run():  # noqa: ANN202
     steps = [("Planner", "Plan: look it up."), ("Solver", f"Six times seven is 41 (key sk-proj-{SECRET})")]
     return trajectory_from_spans(sdk_spans_to_proto(record_agent_run(steps, failed=True)))
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_setting_is_validated_read_from_yaml_and_env(tmp_path) -> None:  # noqa: ANN001
@@ -93,7 +87,7 @@ def test_a_decided_verdict_spends_nothing(monkeypatch) -> None:  # noqa: ANN001
 
 def test_a_down_endpoint_keeps_the_offline_verdict_as_a_counted_fallback(monkeypatch) -> None:  # noqa: ANN001
     set_decided_threshold(monkeypatch, NEVER_DECIDED)
-    config = AttributionConfig(method="heuristic", llm=_llm(f"http://127.0.0.1:{_closed_port()}/v1"))
+    config = AttributionConfig(method="heuristic", llm=_llm(f"http://127.0.0.1:{reserve_port()}/v1"))
     outcome = AttributionRunner(config).attribute(_failed_run())
     assert outcome.fell_back and outcome.attribution is not None
     assert outcome.attribution.method == "heuristic(fallback:guided_check)"

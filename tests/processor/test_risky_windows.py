@@ -20,10 +20,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.processor.wal import KIND_TRACES, WriteAheadLog
+from tests.ports import reserve_port
 from tests.support import RecordingOTLPSink
 
 from .spans import record_agent_run
-from .test_durability import _free_port, _serve
+from .test_durability import _serve
 
 TRACE_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -77,7 +78,7 @@ def test_kill_between_the_traces_of_one_request_loses_nothing(tmp_path: Path) ->
     waiting_root = [s for s in waiting if s.parent is None]
     waiting_children = [s for s in waiting if s.parent is not None]
     wal_dir = tmp_path / "wal"
-    port = _free_port()
+    port = reserve_port()
     with RecordingOTLPSink() as sink:
         process, ready = _serve(port, sink.endpoint, wal_dir, "--quiet-period", "0.2")
         try:

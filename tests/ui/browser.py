@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -17,6 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import uvicorn
+
+from tests.ports import reserve_port
 
 CHROMIUM = Path(os.environ.get("OTEL_BLAME_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("OTEL_BLAME_CHROMEDRIVER", "/usr/bin/chromedriver"))
@@ -31,16 +32,10 @@ SCREENSHOTS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def serving(app) -> Iterator[str]:  # noqa: ANN001
     """Run ``app`` under uvicorn in a thread on a free loopback port; yield its base URL."""
-    port = free_port()
+    port = reserve_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     )

@@ -7,7 +7,8 @@ from click.testing import CliRunner
 from otel_blame.cli import main
 from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.settings import UISettings
-from tests.ui.browser import free_port, serving
+from tests.ports import reserve_port
+from tests.ui.browser import serving
 
 
 def test_top_prints_the_leaderboard(seeded) -> None:  # noqa: ANN001
@@ -34,7 +35,7 @@ def test_top_prints_the_leaderboard(seeded) -> None:  # noqa: ANN001
 
 
 def test_top_says_when_nothing_answers() -> None:
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{reserve_port()}"
     result = CliRunner().invoke(main, ["top", "--once", "--endpoint", url])
     assert result.exit_code == 1 and "cannot reach" in result.output
     bad = CliRunner().invoke(main, ["top", "--once", "--since", "forever"])
