@@ -36,8 +36,9 @@ from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.registry import create_method
 from otel_blame.attribution.signals import SIGNAL_NAMES
-from otel_blame.bench.crossval import FIXED, CrossValidation, ablate, cross_validate, load_runs
-from otel_blame.bench.evaluate import (
+from otel_blame.datasets.who_and_when import SUBSETS, iter_cases
+from otel_blame.demo.scripted_llm import ScriptedLLM  # the class tests.support re-exports
+from otel_blame.evaluation.who_and_when import (
     BaselineSummary,
     best_baseline,
     evaluate,
@@ -45,8 +46,7 @@ from otel_blame.bench.evaluate import (
     select_files,
     summarise,
 )
-from otel_blame.bench.who_and_when import SUBSETS, iter_cases
-from otel_blame.demo.scripted_llm import ScriptedLLM  # the class tests.support re-exports
+from otel_blame.training.crossval import FIXED, CrossValidation, ablate, cross_validate, load_runs
 from otel_blame.trajectory import Step, Trajectory
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from otel_blame.attribution.causal import build_graph, read_causally
 from otel_blame.attribution.ranker import RANKER_SIGNALS, RankerAttribution
 from otel_blame.attribution.signals import ScoringContext
-from otel_blame.bench.who_and_when import SUBSETS, case_files, load_case
+from otel_blame.datasets.who_and_when import SUBSETS, case_files, load_case
 from otel_blame.trajectory import Trajectory
 
 WHO_AND_WHEN = Path(os.environ.get("OTEL_BLAME_WHO_AND_WHEN", "/work/shared/who_and_when/dev"))

@@ -37,9 +37,9 @@ from otel_blame.attribution.llm_methods import GuidedCheck
 from otel_blame.attribution.llm_settings import LLMSettings
 from otel_blame.attribution.ranker import RankerModel
 from otel_blame.attribution.registry import DEFAULT_METHOD, create_method
-from otel_blame.bench.evaluate import select_files
-from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, load_case
+from otel_blame.datasets.who_and_when import SUBSETS, WhoAndWhenCase, load_case
 from otel_blame.demo.scripted_llm import ScriptedLLM  # the class tests.support re-exports
+from otel_blame.evaluation.who_and_when import select_files
 
 POOLED = "both subsets"
 

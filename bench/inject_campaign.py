@@ -30,8 +30,8 @@ from attribution_accuracy import scripted_answer  # noqa: E402 - the bench's scr
 from otel_blame.attribution.llm_client import LLMSettings  # noqa: E402
 from otel_blame.attribution.llm_methods import LLM_METHODS  # noqa: E402
 from otel_blame.attribution.registry import create_method  # noqa: E402
-from otel_blame.bench.evaluate import evaluate, evaluate_baselines  # noqa: E402
 from otel_blame.demo.scripted_llm import ScriptedLLM  # noqa: E402
+from otel_blame.evaluation.who_and_when import evaluate, evaluate_baselines  # noqa: E402
 
 SUBSET = "Algorithm-Generated"
 

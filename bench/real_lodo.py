@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 
 from otel_blame.attribution.baselines import positional_baselines
-from otel_blame.bench import real_data as rd
+from otel_blame.training import real_data as rd
 
 
 def _commit() -> str:

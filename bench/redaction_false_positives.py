@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from otel_blame.bench.who_and_when import SUBSETS
+from otel_blame.datasets.who_and_when import SUBSETS
 from otel_blame.loaders import load_trajectory
 
 BY_DESIGN = {"email"}

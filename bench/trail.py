@@ -4,7 +4,7 @@ Reading (what issue 25 measures): the share of annotated error locations that ar
 steps named after a service or a host, the manager and the searcher told apart, every failed tool
 span a failed step, and the time to build each trajectory. Blame: hit@1, hit@1 on HIGH-impact
 errors, hit@3 and the agent of the earliest HIGH-impact error, beside first-step, last-step,
-first-failed-step and random baselines on the same traces (``otel_blame.bench.trail``).
+first-failed-step and random baselines on the same traces (``otel_blame.evaluation.trail``).
 
 Usage::
 
@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from otel_blame.attribution.registry import create_method
-from otel_blame.bench.trail import evaluate_trail, summarise_trail, trail_baselines, trail_files, trail_table
+from otel_blame.datasets.trail import trail_files
+from otel_blame.evaluation.trail import evaluate_trail, summarise_trail, trail_baselines, trail_table
 from otel_blame.loaders import load_trajectory
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "trail" / "dev"

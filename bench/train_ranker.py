@@ -1,11 +1,11 @@
 """Refit the offline ranker and validate it out of sample.
 
-Fits the conditional logit of ``otel_blame.bench.ranker_fit`` on the Who&When dev split (each subset
+Fits the conditional logit of ``otel_blame.training.ranker_fit`` on the Who&When dev split (each subset
 one data set), TRAIL's dev traces (``--trail``: GAIA and SWE-bench, one data set each) and labelled
 fault-injection campaigns (each ``--inject DIR`` one app: a directory written by ``otel-blame inject
 --dataset-out DIR``, the app named by the directory; together the zoo), writes the model the package
 ships (``otel_blame/attribution/ranker_model.json`` unless ``--out``) with its decided threshold read
-on every real data set's held-out verdicts (``otel_blame.bench.real_data.fit_shipped``), and prints the
+on every real data set's held-out verdicts (``otel_blame.training.real_data.fit_shipped``), and prints the
 out-of-sample figures: leave-one-dataset-out on the real data sets (``bench/real_lodo.py`` prints the
 same with the risk-coverage curves), 5-fold CV on Who&When, leave-one-app-out on the campaigns (the
 real data always in training), per app and fault kind, each beside the best positional baseline of the
@@ -33,8 +33,8 @@ import subprocess
 from pathlib import Path
 
 from otel_blame.attribution.baselines import positional_baselines
-from otel_blame.bench import ranker_fit as rf
-from otel_blame.bench import real_data as rd
+from otel_blame.training import ranker_fit as rf
+from otel_blame.training import real_data as rd
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "otel_blame" / "attribution" / "ranker_model.json"
 

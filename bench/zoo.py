@@ -8,7 +8,7 @@ environment), it runs ``otel-blame inject --app zoo:NAME --runs N --seed S --jso
 - every positional baseline (otel_blame/attribution/baselines.py) on the same runs;
 - leave-one-app-out: a method fitted on the other apps' runs, scored on the held-out app. The fit is
   pluggable (``--fit module:function``, taking the training runs and returning a predictor); the
-  default refits the heuristic's weights (otel_blame/bench/crossval.py's coordinate search);
+  default refits the heuristic's weights (otel_blame/training/crossval.py's coordinate search);
   ``--fit zoo_ranker_fit:fit_ranker`` refits the trained ranker, the offline default
   (bench/zoo_ranker_fit.py).
 Prints one rich table (and markdown rows for docs/benchmarks.md with ``--markdown``). With
@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from otel_blame.attribution.baselines import positional_baselines
-from otel_blame.bench.crossval import LabelledRun, fit_weights, load_runs
 from otel_blame.inject import zoo
 from otel_blame.inject.dataset import SUBSET
+from otel_blame.training.crossval import LabelledRun, fit_weights, load_runs
 from otel_blame.trajectory import Trajectory
 
 Predictor = Callable[[Trajectory], tuple[str, int]]
@@ -104,7 +104,7 @@ def score_app(
     app: str, report: dict[str, Any], dataset: Path
 ) -> tuple[list[dict[str, Any]], list[LabelledRun]]:
     """Per labelled run: the truth, the campaign's verdict and every baseline's answer."""
-    from otel_blame.bench.who_and_when import load_case
+    from otel_blame.datasets.who_and_when import load_case
 
     verdicts = {r["trace_id"]: r for r in report["results"] if r.get("trace_id")}
     baselines = positional_baselines()

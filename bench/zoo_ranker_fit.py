@@ -1,7 +1,7 @@
 """``bench/zoo.py --fit zoo_ranker_fit:fit_ranker``: leave-one-app-out for the trained ranker.
 
 ``bench/zoo.py`` hands its fit the other apps' labelled runs; this refits the ranker
-(otel_blame/bench/ranker_fit.py, the same fit and weighting as the shipped model) on those runs plus
+(otel_blame/training/ranker_fit.py, the same fit and weighting as the shipped model) on those runs plus
 the Who&When dev split, and returns a predictor for the held-out app's runs. The Who&When split is
 read once per process (``OTEL_BLAME_WHO_AND_WHEN``, default ``/work/shared/who_and_when/dev``).
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from otel_blame.attribution.ranker import decide, rank, step_rows
-from otel_blame.bench import crossval, ranker_fit
+from otel_blame.training import crossval, ranker_fit
 from otel_blame.trajectory import Trajectory
 
 WHO_AND_WHEN = Path(os.environ.get("OTEL_BLAME_WHO_AND_WHEN", "/work/shared/who_and_when/dev"))

@@ -29,7 +29,7 @@ MAX_CANDIDATES = 5
 class Weights:
     """How much each signal counts (one field per signal name), one set for every framework.
 
-    The defaults are what ``otel_blame.bench.crossval.fit_weights`` (coordinate search over a fixed
+    The defaults are what ``otel_blame.training.crossval.fit_weights`` (coordinate search over a fixed
     grid, one sweep, from a neutral start: every signal at 0.3) chose on the whole Who&When dev split
     plus the labelled runs of a fault-injection campaign on the demo app (a third group in the
     objective, so the weights also fit runs unlike Who&When's). The accuracy reported for them is the

@@ -5,7 +5,7 @@ A :class:`ScoringContext` is built once per trajectory (the windows of text the 
 authored steps, the coordinator, the final answer's distinctive tokens); every signal then reads it
 and returns its *evidence*: a strength per suspect step, unweighted. The heuristic's score of a step
 is the weighted sum of the evidence, so weights can be refit (under cross-validation, see
-``otel_blame.bench.crossval``) without re-reading the run.
+``otel_blame.training.crossval``) without re-reading the run.
 
 Nothing here knows agent names, role strings or step positions from any benchmark: agents are told
 apart only by who wrote which step, and structure (who directs whom, who answers whom) is read from

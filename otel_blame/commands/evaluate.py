@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
-from otel_blame.bench.who_and_when import SUBSETS
 from otel_blame.commands.options import (
     base_url_option,
     build_method,
@@ -20,13 +19,14 @@ from otel_blame.commands.options import (
     method_option,
     model_option,
 )
+from otel_blame.datasets.who_and_when import SUBSETS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from otel_blame.attribution.base import AttributionMethod
     from otel_blame.attribution.registry import Escalation
-    from otel_blame.bench.evaluate import BaselineSummary, SubsetSummary
+    from otel_blame.evaluation.who_and_when import BaselineSummary, SubsetSummary
 
 
 def _percent(value: float) -> str:
@@ -57,7 +57,7 @@ def _print_summaries(summaries: list[SubsetSummary]) -> None:
 
 def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSummary]) -> None:
     """Positional baselines on the same logs, and the method's margin over the best of them."""
-    from otel_blame.bench.evaluate import best_baseline
+    from otel_blame.evaluation.who_and_when import best_baseline
     from otel_blame.terminal import wrap
 
     click.echo("\nbaselines on the same logs (agent / step), and the margin over the best:")
@@ -123,7 +123,7 @@ def eval_command(
 ) -> None:
     """Score a method on a Who&When-layout dataset by exact match, or on a TRAIL-layout dataset by its
     span-level labels; write predictions to --out."""
-    from otel_blame.bench.trail import is_trail_dataset
+    from otel_blame.datasets.trail import is_trail_dataset
 
     if is_trail_dataset(dataset_dir):
         method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
@@ -135,7 +135,7 @@ def eval_command(
             f"{', '.join(unknown)}: not a Who&When subset; choose from {', '.join(SUBSETS)}",
             param_hint="--subset",
         )
-    from otel_blame.bench.evaluate import (
+    from otel_blame.evaluation.who_and_when import (
         evaluate,
         evaluate_baselines,
         select_files,
@@ -161,13 +161,8 @@ def _eval_trail(
 ) -> None:
     """hit@1, hit@1 on HIGH-impact errors, hit@3 and the agent and step of the earliest HIGH-impact
     error, beside first-step, last-step, first-failed-step and random baselines on the same traces."""
-    from otel_blame.bench.trail import (
-        evaluate_trail,
-        summarise_trail,
-        trail_baselines,
-        trail_files,
-        trail_table,
-    )
+    from otel_blame.datasets.trail import trail_files
+    from otel_blame.evaluation.trail import evaluate_trail, summarise_trail, trail_baselines, trail_table
     from otel_blame.loaders import TrajectoryFormatError
 
     try:

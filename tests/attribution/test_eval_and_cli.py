@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from otel_blame.attribution.result import Attribution, Cost
-from otel_blame.bench.evaluate import PredictionRecord, score_case, summarise
-from otel_blame.bench.who_and_when import load_case
 from otel_blame.cli import main
+from otel_blame.datasets.who_and_when import load_case
+from otel_blame.evaluation.who_and_when import PredictionRecord, score_case, summarise
 from tests.support.decided import ALWAYS_DECIDED, set_decided_threshold
 
 RECORD_FIELDS = [

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from otel_blame import semconv as sc
-from otel_blame.bench.who_and_when import case_files, iter_cases, load_case
+from otel_blame.datasets.who_and_when import case_files, iter_cases, load_case
 from otel_blame.loaders import (
     TrajectoryFormatError,
     load_trajectory,

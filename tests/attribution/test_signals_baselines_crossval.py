@@ -15,10 +15,10 @@ from otel_blame.attribution.llm_methods import max_calls
 from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.registry import create_method
 from otel_blame.attribution.signals import SIGNAL_NAMES, SIGNALS, ScoringContext
-from otel_blame.bench import crossval
-from otel_blame.bench.crossval import LabelledRun, cross_validate, fit_weights, make_folds, objective
-from otel_blame.bench.evaluate import best_baseline, evaluate_baselines, select_files
 from otel_blame.cli import main
+from otel_blame.evaluation.who_and_when import best_baseline, evaluate_baselines, select_files
+from otel_blame.training import crossval
+from otel_blame.training.crossval import LabelledRun, cross_validate, fit_weights, make_folds, objective
 from otel_blame.trajectory import Trajectory
 
 from .conftest import make_trajectory

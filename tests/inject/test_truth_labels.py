@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from otel_blame.bench.who_and_when import load_case
+from otel_blame.datasets.who_and_when import load_case
 from otel_blame.inject.campaign import CampaignResult, CampaignSettings, _truth
 from otel_blame.inject.dataset import SUBSET, write_dataset
 from otel_blame.inject.report import Baseline, RunRecord, RunStatus

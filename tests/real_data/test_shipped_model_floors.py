@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from otel_blame.attribution.ranker import RankerModel
-from otel_blame.bench import ranker_fit as rf
-from otel_blame.bench import real_data as rd
+from otel_blame.training import ranker_fit as rf
+from otel_blame.training import real_data as rd
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 if not SHARED.is_dir():  # a worktree beside main: ../shared from the repository's parent

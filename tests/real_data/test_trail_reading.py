@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_blame.bench.trail import trail_files
+from otel_blame.datasets.trail import trail_files
 from otel_blame.loaders import load_trajectory
 from otel_blame.trajectory import StepKind
 

@@ -23,7 +23,7 @@ def test_who_and_when_dev_under_fixed_folds_keeps_its_recorded_accuracy() -> Non
     if not WHO_AND_WHEN.is_dir():
         pytest.skip(f"the Who&When dev split is not beside the repository ({WHO_AND_WHEN})")
     pytest.importorskip("numpy")
-    from otel_blame.bench import ranker_fit
+    from otel_blame.training import ranker_fit
 
     runs = ranker_fit.load_group(WHO_AND_WHEN)
     measured = ranker_fit.accuracy(ranker_fit.cross_validate(runs, k=5, seed=0))

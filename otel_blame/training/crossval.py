@@ -28,7 +28,7 @@ from otel_blame.attribution.heuristic import (
     gather_evidence,
 )
 from otel_blame.attribution.signals import SIGNAL_NAMES
-from otel_blame.bench.who_and_when import SUBSETS, iter_cases
+from otel_blame.datasets.who_and_when import SUBSETS, iter_cases
 
 GRID: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.45, 0.6, 0.9, 1.2, 1.6)
 SUPPORT_GRID: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)

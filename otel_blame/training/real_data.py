@@ -1,6 +1,6 @@
 """Leave-one-dataset-out validation of the ranker on real failures, and the decided threshold.
 
-A data set is a list of :class:`~otel_blame.bench.ranker_fit.LabelledRun` (Who&When's two subsets,
+A data set is a list of :class:`~otel_blame.training.ranker_fit.LabelledRun` (Who&When's two subsets,
 TRAIL's two, the zoo's campaigns). Every run of a held-out data set is scored by a model fitted on the
 others. Whether a verdict is *decided* is a threshold on its support (the blamed agent's share of the
 ranking's probability, :func:`otel_blame.attribution.ranker.agent_support`); the threshold for a held-out
@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from otel_blame.attribution.baselines import PositionalBaseline
-from otel_blame.bench import ranker_fit as rf
-from otel_blame.bench.trail import percent
-from otel_blame.bench.who_and_when import SUBSETS
+from otel_blame.datasets.who_and_when import SUBSETS
+from otel_blame.evaluation.trail import percent
+from otel_blame.training import ranker_fit as rf
 
 TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other data sets is optimistic
 COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

@@ -18,7 +18,7 @@ from otel_blame.attribution.baselines import positional_baselines
 from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.result import Attribution, Cost
-from otel_blame.bench.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
+from otel_blame.datasets.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
 
 
 class PredictionRecord(BaseModel):

@@ -7,7 +7,7 @@ towards a stated prior (``PRIOR``), by full-batch Adam from the prior (determini
 one does not drown the others.
 
 Validation never scores a run with a model that saw it: ``cross_validate`` (k folds stratified by
-group, fixed seed, the same folds as :func:`otel_blame.bench.crossval.make_folds`) and
+group, fixed seed, the same folds as :func:`otel_blame.training.crossval.make_folds`) and
 ``leave_one_group_out`` (one app's whole campaign held out at a time).
 """
 
@@ -28,8 +28,8 @@ from otel_blame.attribution.ranker import (
     step_rows,
     support_of,
 )
-from otel_blame.bench.crossval import stratified_folds
-from otel_blame.bench.who_and_when import SUBSETS, case_files, load_case
+from otel_blame.datasets.who_and_when import SUBSETS, case_files, load_case
+from otel_blame.training.crossval import stratified_folds
 
 L2 = 0.02
 ITERATIONS = 400
@@ -122,7 +122,7 @@ def load_group(
 def load_trail(dataset: Path, subsets: Sequence[str] | None = None) -> list[LabelledRun]:
     """TRAIL-layout traces as labelled runs (group ``trail-<subset>``): the decisive step is the earliest
     HIGH-impact error's (else the earliest error's), every annotated step is accepted."""
-    from otel_blame.bench.trail import load_trail_case, trail_files
+    from otel_blame.datasets.trail import load_trail_case, trail_files
 
     runs = []
     for path in trail_files(Path(dataset)):

@@ -1,1 +1,0 @@
-"""Benchmark datasets (Who&When) and the evaluation harness for attribution methods."""
