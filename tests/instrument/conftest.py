@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-pytest.register_assert_rewrite("tests.instrument.shapes", "tests.instrument.failed_turns")
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -14,6 +12,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_blame import semconv
 from otel_blame.instrumentation import configure, reset_configuration
 from otel_blame.instrumentation._safety import HOOK_ERRORS
+
+# the helpers every framework's tests share: their asserts explain themselves, as the tests' own do
+pytest.register_assert_rewrite("tests.instrument.shapes", "tests.instrument.failed_turns")
 
 
 class Spans:

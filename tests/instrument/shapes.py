@@ -32,6 +32,9 @@ def read_back(spans: Any, latest: bool, run: Callable[[], object], *, tools: int
     use_shape(False)
     run()
     legacy = reading(spans)
+    import pprint
+
+    pprint.pprint(legacy, width=150)  # DEBUG
     if not latest:
         assert_shape(spans, False, tools=tools)
         return legacy
