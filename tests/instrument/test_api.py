@@ -478,3 +478,38 @@ def test_the_shape_follows_otel_semconv_stability_opt_in_as_contrib_reads_it(spa
     reset_configuration()
     monkeypatch.setattr(_OpenTelemetrySemanticConventionStability, "_initialized", False)
     assert current_settings().latest_genai_conventions is False
+
+
+def test_the_latest_shape_says_what_the_contrib_handler_says(spans, monkeypatch):
+    """Our latest-shape spans against the ones opentelemetry-util-genai (the handler the contrib GenAI
+    instrumentations share) makes for the same workflow, agent and tool: same name, kind, and every
+    attribute it sets with the same value (ours add the otel_blame.* ones)."""
+    handler_module = pytest.importorskip("opentelemetry.util.genai.handler")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_blame.instrumentation import agent_turn
+
+    monkeypatch.setenv(semconv.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_ONLY")
+    theirs = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(theirs))
+    handler = handler_module.TelemetryHandler(tracer_provider=provider)
+    with handler.workflow("calc"):
+        with handler.invoke_local_agent(agent_name="coder"):
+            with handler.tool("multiply", tool_call_id="c1") as tool:
+                tool.tool_result = "42"
+    use_shape(True)
+    with task("calc"):
+        with agent_turn("coder") as turn:
+            turn.answer("I will multiply.")
+            record_message("coder", "42", role="tool", kind="tool", tool_name="multiply", tool_call_id="c1")
+    ours = {span.name: span for span in spans.all()}
+    for reference in theirs.get_finished_spans():
+        span = ours[reference.name]
+        assert span.kind == reference.kind, reference.name
+        said = {key: value for key, value in reference.attributes.items()}
+        assert {key: span.attributes.get(key) for key in said} == said, reference.name
+    assert set(ours) >= {"invoke_workflow calc", "invoke_agent coder", "execute_tool multiply"}
+    provider.shutdown()
