@@ -13,6 +13,11 @@
   (:mod:`otel_blame.instrumentation.interception`); the step records what the interceptor made of
   it, and the function returns it so the hook hands the change to the framework.
 
+Which version of the GenAI conventions the spans follow (the legacy shape, or the latest with
+``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``) is a setting of the task; the shapes
+differ only where the root's attributes, ``_identity`` and ``_step`` are made (docs/semconv.md, "Two
+shapes of the conventions").
+
 When a root task ends, its trace id is logged (logger ``otel_blame.instrumentation``, INFO unless
 ``OTEL_BLAME_TRACE_ID_LOG_LEVEL`` says otherwise) and kept for :func:`last_trace_id`, so an app
 whose answer turns out wrong later can send ``otel-blame verdict TRACE_ID --failed``.
