@@ -31,6 +31,7 @@ GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
 GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
 GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_WORKFLOW_NAME = "gen_ai.workflow.name"  # the workflow an invoke_workflow span runs (v1.41+)
 
 # values of gen_ai.operation.name
 OP_INVOKE_WORKFLOW = "invoke_workflow"
@@ -40,6 +41,9 @@ OP_EXECUTE_TOOL = "execute_tool"
 OP_CHAT = "chat"
 OP_TEXT_COMPLETION = "text_completion"
 OP_GENERATE_CONTENT = "generate_content"
+OP_PLAN = "plan"  # an agent's planning phase (semantic-conventions-genai): it groups the planning model call
+# a framework's entry point steering a turn across agents (semantic-conventions-genai, not yet released)
+OP_HANDLE_CONVERSATION_TURN = "handle_conversation_turn"
 
 # log records (events) that carry message content instead of span attributes
 EVENT_INFERENCE_DETAILS = "gen_ai.client.inference.operation.details"
@@ -49,9 +53,15 @@ EVENT_ASSISTANT_MESSAGE = "gen_ai.assistant.message"
 EVENT_TOOL_MESSAGE = "gen_ai.tool.message"
 EVENT_CHOICE = "gen_ai.choice"
 EVENT_NAME = "event.name"
+# a GenAI client operation's exception, as a log record (v1.41+; some instrumentations add it as a span event)
+EVENT_CLIENT_OPERATION_EXCEPTION = "gen_ai.client.operation.exception"
 
 # content capture switch shared with the opentelemetry-instrumentation-genai packages
 ENV_CAPTURE_MESSAGE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# which version of the conventions instrumentations emit (opentelemetry-instrumentation's _semconv reads it):
+# a comma-separated list; GEN_AI_LATEST_EXPERIMENTAL in it selects the latest GenAI conventions
+ENV_SEMCONV_STABILITY_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+GEN_AI_LATEST_EXPERIMENTAL = "gen_ai_latest_experimental"
 # otel-blame's own settings: per-message content cap in bytes (default 64 KiB)
 ENV_MAX_CONTENT_BYTES = "OTEL_BLAME_MAX_CONTENT_BYTES"
 # level of the log line with a finished run's trace id (default INFO; WARNING shows it with no logging set up)

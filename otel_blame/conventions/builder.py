@@ -34,7 +34,7 @@ from otel_blame.trajectory import (
 from .ag2 import AG2
 from .agents import AgentResolver, first
 from .dependencies import find_dependency_failures
-from .genai import GenAI, GenAIEvents
+from .genai import GenAI, GenAIEvents, client_exception_text
 from .logfire import Logfire
 from .model import Convention, Kind, SpanView, TraceGraph
 from .openinference import OpenInference
@@ -302,7 +302,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
             unnamed += 1
         content = item.content
         if not content and item.is_error:
-            content = _exception_text(view.span) or view.span.status.message
+            content = _exception_text(view.span) or client_exception_text(view) or view.span.status.message
         raw_role = text(view.attributes.get(sc.STEP_ROLE)) or item.role or _default_role(item.kind)
         steps.append(
             Step(

@@ -1,7 +1,15 @@
 """The OpenTelemetry GenAI semantic conventions: ``invoke_agent``/``execute_tool``/``chat`` spans,
 ``gen_ai.agent.name``, content in ``gen_ai.*.messages`` attributes, in log records (the contrib
 ``opentelemetry-instrumentation-openai-v2`` writes ``gen_ai.client.inference.operation.details``
-or the older per-message events) or in span events of the same names (Strands)."""
+or the older per-message events) or in span events of the same names (Strands).
+
+Both versions of the conventions read the same (docs/semconv.md, "Two shapes of the conventions"):
+up to v1.40 and v1.41 of semantic-conventions, and the semantic-conventions-genai repository after
+it: ``invoke_agent`` as a client or an internal span, the workflow name (``gen_ai.workflow.name``) as
+the task's name, a framework's turn (``handle_conversation_turn``) as a workflow, a ``plan`` span as
+what groups the planning model call (no step of its own), a tool's result in
+``gen_ai.tool.call.result`` or in its messages, and a failure's ``gen_ai.client.operation.exception``
+(a log record joined to its span, or a span event) as that span's error."""
 
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from .otlp import any_value_to_python, attributes_to_dict
 from .text import maybe_json, messages_text, system_text, text, tool_call_text
 
 _LLM_OPERATIONS = {sc.OP_CHAT, sc.OP_TEXT_COMPLETION, sc.OP_GENERATE_CONTENT}
-_WORKFLOW_OPERATIONS = {sc.OP_INVOKE_WORKFLOW}
+_WORKFLOW_OPERATIONS = {sc.OP_INVOKE_WORKFLOW, sc.OP_HANDLE_CONVERSATION_TURN}
 
 
 class GenAI(Convention):
@@ -107,6 +115,9 @@ class GenAI(Convention):
                     return found
         return None
 
+    def task_name(self, root: SpanView) -> str | None:
+        return text(root.attributes.get(sc.GEN_AI_WORKFLOW_NAME)) or None
+
     def task_input(self, root: SpanView) -> str | None:
         if sc.GEN_AI_INPUT_MESSAGES in root.attributes:
             return messages_text(root.attributes[sc.GEN_AI_INPUT_MESSAGES])[0] or None
@@ -118,7 +129,7 @@ class GenAI(Convention):
         return None
 
     def is_error(self, view: SpanView) -> bool:
-        return sc.ERROR_TYPE in view.attributes
+        return sc.ERROR_TYPE in view.attributes or bool(client_exception_text(view))
 
 
 class GenAIEvents(Convention):
@@ -164,6 +175,24 @@ def content_blocks_text(value: object) -> str:
         elif isinstance(block, dict) and "text" in block:
             texts.append(text(block["text"]).strip())
     return "\n".join(found for found in texts if found)
+
+
+def client_exception_text(view: SpanView) -> str:
+    """``{exception.type}: {exception.message}`` of the span's ``gen_ai.client.operation.exception``, the
+    conventions' log record for a failed GenAI client call (joined to its span), or a span event of that
+    name; "" without one."""
+    for event in view.span.events:
+        if event.name == sc.EVENT_CLIENT_OPERATION_EXCEPTION:
+            return _exception(attributes_to_dict(event.attributes))
+    for record in view.logs:
+        if log_event_name(record) == sc.EVENT_CLIENT_OPERATION_EXCEPTION:
+            return _exception(attributes_to_dict(record.attributes))
+    return ""
+
+
+def _exception(attrs: dict) -> str:
+    kind, message = text(attrs.get(sc.EXCEPTION_TYPE)), text(attrs.get(sc.EXCEPTION_MESSAGE))
+    return f"{kind}: {message}" if kind else message or "exception"
 
 
 def log_event_name(record: LogRecord) -> str:

@@ -1,7 +1,9 @@
-"""What the instrumentation captures: the content switch, the per-message cap and the redactor.
+"""What the instrumentation captures and how: the content switch, the per-message cap, the redactor,
+and which version of the GenAI conventions the spans follow.
 
-Read from the environment when a task starts (so ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
-and ``OTEL_BLAME_MAX_CONTENT_BYTES`` work without code), overridable in code with :func:`configure`.
+Read from the environment when a task starts (so ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``,
+``OTEL_BLAME_MAX_CONTENT_BYTES`` and ``OTEL_SEMCONV_STABILITY_OPT_IN`` work without code), overridable
+in code with :func:`configure`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class CaptureSettings:
     capture_content: bool = True
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     redactor: Redactor | None = DEFAULT_REDACTOR
+    # the latest GenAI conventions (semantic-conventions-genai) instead of the shape otel-blame has
+    # always written; docs/semconv.md, "Two shapes of the conventions"
+    latest_genai_conventions: bool = False
 
 
 def capture_from_env() -> bool:
@@ -50,11 +55,32 @@ def max_bytes_from_env() -> int:
     return max(value, MIN_MAX_CONTENT_BYTES)
 
 
+def latest_genai_conventions_from_env() -> bool:
+    """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``gen_ai_latest_experimental``, read by the same
+    helper the contrib GenAI instrumentations use (opentelemetry-instrumentation's ``_semconv``), so
+    every instrumentation in the process agrees; like theirs, it is read once per process. An
+    opentelemetry-instrumentation too old to know the GenAI signal gets the same reading by hand."""
+    try:
+        from opentelemetry.instrumentation._semconv import (
+            _OpenTelemetrySemanticConventionStability as Stability,
+        )
+        from opentelemetry.instrumentation._semconv import _OpenTelemetryStabilitySignalType as Signal
+        from opentelemetry.instrumentation._semconv import _StabilityMode as Mode
+
+        signal, latest = Signal.GEN_AI, Mode.GEN_AI_LATEST_EXPERIMENTAL
+    except (ImportError, AttributeError):
+        listed = os.environ.get(semconv.ENV_SEMCONV_STABILITY_OPT_IN, "")
+        return semconv.GEN_AI_LATEST_EXPERIMENTAL in {value.strip() for value in listed.split(",")}
+    Stability._initialize()
+    return Stability._get_opentelemetry_stability_opt_in_mode(signal) is latest
+
+
 @dataclass
 class _Overrides:
     capture_content: bool | None = None
     max_content_bytes: int | None = None
     redactor: object = _UNSET
+    latest_genai_conventions: bool | None = None
     tracer_provider: trace.TracerProvider | None = None
 
 
@@ -67,9 +93,11 @@ def configure(
     capture_content: bool | None = None,
     max_content_bytes: int | None = None,
     redactor: Redactor | None | object = _UNSET,
+    latest_genai_conventions: bool | None = None,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> None:
-    """Override the environment in code; ``redactor=None`` turns redaction off.
+    """Override the environment in code; ``redactor=None`` turns redaction off;
+    ``latest_genai_conventions`` chooses the span shape as ``OTEL_SEMCONV_STABILITY_OPT_IN`` would.
 
     Arguments left out keep their current value; call :func:`reset_configuration` to go back
     to the environment and the global tracer provider.
@@ -85,6 +113,8 @@ def configure(
         if redactor is not None and not isinstance(redactor, Redactor):
             raise TypeError("redactor must be an otel_blame.redaction.Redactor or None")
         _overrides.redactor = redactor
+    if latest_genai_conventions is not None:
+        _overrides.latest_genai_conventions = bool(latest_genai_conventions)
     if tracer_provider is not None:
         _overrides.tracer_provider = tracer_provider
         _tracer = None
@@ -106,6 +136,11 @@ def current_settings() -> CaptureSettings:
         settings = replace(settings, max_content_bytes=_overrides.max_content_bytes)
     if _overrides.redactor is not _UNSET:
         settings = replace(settings, redactor=_overrides.redactor)  # type: ignore[arg-type]
+    latest = _overrides.latest_genai_conventions
+    if latest is None:
+        latest = latest_genai_conventions_from_env()
+    if latest:
+        settings = replace(settings, latest_genai_conventions=True)
     return settings
 
 

@@ -13,6 +13,11 @@
   (:mod:`otel_blame.instrumentation.interception`); the step records what the interceptor made of
   it, and the function returns it so the hook hands the change to the framework.
 
+Which version of the GenAI conventions the spans follow (the legacy shape, or the latest with
+``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``) is a setting of the task; the shapes
+differ only where the root's attributes, ``_identity`` and ``_step`` are made (docs/semconv.md, "Two
+shapes of the conventions").
+
 When a root task ends, its trace id is logged (logger ``otel_blame.instrumentation``, INFO unless
 ``OTEL_BLAME_TRACE_ID_LOG_LEVEL`` says otherwise) and kept for :func:`last_trace_id`, so an app
 whose answer turns out wrong later can send ``otel-blame verdict TRACE_ID --failed``.
@@ -63,6 +68,7 @@ _warned_lock = threading.Lock()
 # content they keep in all (beyond it, later steps are kept without their text)
 MAX_REMEMBERED_STEPS = 10_000
 MAX_REMEMBERED_CHARS = 8 * 1024 * 1024
+MAX_STATUS_DESCRIPTION = 1024  # characters of a raised exception's text kept as the status description
 
 
 class RememberedStep(NamedTuple):
@@ -293,6 +299,8 @@ class task:  # noqa: N801 - used like a function: ``with task("name"):`` / ``@ta
                 semconv.GEN_AI_CONVERSATION_ID: conversation_id,
                 semconv.TASK_NAME: self.name,
             }
+            if settings.latest_genai_conventions:
+                attributes[semconv.GEN_AI_WORKFLOW_NAME] = self.name
             if settings.capture_content:
                 for key, value in (
                     (semconv.TASK_INPUT, self.input),
@@ -562,11 +570,12 @@ def _record_message(
 ) -> None:
     name = agent_name(agent)
     step_kind = _kind_of(kind)
-    span_name, attributes = _identity(name, step_kind, tool_name, agent_id)
-    _index, step = _step(
-        run, name, text, role, step_kind, attributes, tool_calls, tool_call_id, extra, is_error
+    settings = run.settings if run is not None else current_settings()
+    span_name, attributes = _identity(name, step_kind, tool_name, agent_id, run, settings)
+    step = _step(
+        run, settings, name, text, role, step_kind, attributes, tool_calls, tool_call_id, extra, is_error
     )
-    attributes.update(step)
+    attributes.update(step.attributes)
     if run is not None:
         run.note_source(source)
     span = tracer().start_span(
@@ -577,12 +586,16 @@ def _record_message(
         start_time=start_time_ns,
     )
     if is_error:
-        span.set_status(Status(StatusCode.ERROR))
+        span.set_status(Status(StatusCode.ERROR, step.error_text))
     span.end(end_time=max(time.time_ns(), start_time_ns or 0))
 
 
-def _identity(name: str, kind: StepKind, tool_name: Any, agent_id: Any) -> tuple[str, dict[str, Any]]:
-    """Who a step's span is: its name, operation, agent and tool."""
+def _identity(
+    name: str, kind: StepKind, tool_name: Any, agent_id: Any, run: TaskRun | None, settings: CaptureSettings
+) -> tuple[str, dict[str, Any]]:
+    """Who a step's span is: its name, operation, agent and tool. In the latest GenAI conventions an
+    in-process agent's span carries no ``gen_ai.agent.id`` (it names a hosted agent now) and every
+    agent and tool span carries the conversation id; otherwise the id is on the root alone."""
     attributes: dict[str, Any] = {semconv.GEN_AI_AGENT_NAME: name}
     if kind is StepKind.TOOL:
         tool = agent_name(tool_name) if tool_name is not None else "tool"
@@ -594,9 +607,21 @@ def _identity(name: str, kind: StepKind, tool_name: Any, agent_id: Any) -> tuple
         if tool_name is not None:
             attributes[semconv.GEN_AI_TOOL_NAME] = agent_name(tool_name)
         span_name = semconv.agent_span_name(name)
-    if agent_id is not None:
+    if settings.latest_genai_conventions:
+        if run is not None:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = run.conversation_id
+    elif agent_id is not None:
         attributes[semconv.GEN_AI_AGENT_ID] = to_text(agent_id)
     return span_name, attributes
+
+
+class StepAttributes(NamedTuple):
+    """A step's index (None outside a task), its span attributes, and, for an error step, its text as
+    captured for the span's status description."""
+
+    index: int | None
+    attributes: dict[str, Any]
+    error_text: str | None = None
 
 
 # the raw role a step's kind implies when nothing else says it (what the processor assumes)
@@ -609,6 +634,7 @@ _DEFAULT_ROLES = {
 
 def _step(
     run: TaskRun | None,
+    settings: CaptureSettings,
     name: str,
     text: str | None,
     role: Any,
@@ -618,12 +644,14 @@ def _step(
     tool_call_id: Any,
     extra: Mapping[str, Any] | None,
     is_error: bool = False,
-) -> tuple[int | None, dict[str, Any]]:
+) -> StepAttributes:
     """What makes a span a step (the index taken now), for point spans and agent turns alike: the
     one place the attributes the processor reads are made. Only what the span, its envelope or the
     root do not carry already: the conversation id and the hook's name are on the root, the
     message's role is in ``gen_ai.output.messages`` (``otel_blame.step.role`` only for another
-    label), the kind in the operation name (``otel_blame.step.kind`` only for code execution)."""
+    label), the kind in the operation name (``otel_blame.step.kind`` only for code execution). In the
+    latest GenAI conventions a tool's result is ``gen_ai.tool.call.result`` (an ``execute_tool`` span
+    has no messages)."""
     raw_role = (
         role
         if type(role) is str and role in MESSAGE_ROLES
@@ -631,7 +659,6 @@ def _step(
         if role is not None
         else "assistant"
     )
-    settings = run.settings if run is not None else current_settings()
     attributes: dict[str, Any] = {}
     if kind is StepKind.CODE_EXECUTION:
         attributes[semconv.STEP_KIND] = kind.value
@@ -644,7 +671,13 @@ def _step(
     else:
         call_id = None
     remembered = ""
-    if captured:
+    if captured and kind is StepKind.TOOL and not tool_calls and settings.latest_genai_conventions:
+        prepared = prepare(text, settings) if text is not None else None
+        truncated = redacted = False
+        remembered = prepared.text if prepared is not None else ""
+        if prepared is not None and not is_error:  # a result "if execution was successful"
+            attributes[semconv.GEN_AI_TOOL_CALL_RESULT] = remembered
+    elif captured:
         prepared = prepare(text, settings) if text is not None or not tool_calls else None
         remembered = prepared.text if prepared is not None else ""
         payload, truncated, redacted = output_messages(
@@ -657,24 +690,29 @@ def _step(
         attributes[semconv.GEN_AI_OUTPUT_MESSAGES] = payload
         if tool_calls:
             remembered = f"{remembered}\n{to_text(list(tool_calls))}".strip()
-        if (prepared is not None and prepared.truncated) or truncated:
-            attributes[semconv.CONTENT_TRUNCATED] = True
-        if (prepared is not None and prepared.redacted) or redacted:
-            attributes[semconv.CONTENT_REDACTED] = True
+    else:
+        prepared, truncated, redacted = None, False, False
+    if (prepared is not None and prepared.truncated) or truncated:
+        attributes[semconv.CONTENT_TRUNCATED] = True
+    if (prepared is not None and prepared.redacted) or redacted:
+        attributes[semconv.CONTENT_REDACTED] = True
     if extra:
         for key, value in extra.items():
             if isinstance(key, str) and isinstance(value, str | bool | int | float) and key not in identity:
                 if isinstance(value, str) and settings.redactor is not None:
                     value = settings.redactor(value)  # extra attributes are content too: no secret leaves
                 attributes.setdefault(key, value)
+    # an error step's text (as captured: capped, redacted) is its span's status description too: in the
+    # latest conventions a failed tool's span has no result attribute, the description is where it is
+    error_text = (remembered or None) if is_error else None
     if run is None:
         warn_once("no-task", "otel-blame: record_message outside a task; the span has no step index")
-        return None, attributes
+        return StepAttributes(None, attributes, error_text)
     index = run.add_step(
         name, raw_role, kind.value, remembered, identity.get(semconv.GEN_AI_TOOL_NAME), is_error
     )
     attributes[semconv.STEP_INDEX] = index
-    return index, attributes
+    return StepAttributes(index, attributes, error_text)
 
 
 # --- agent turns: envelope spans -----------------------------------------------------------------
@@ -704,6 +742,7 @@ class AgentTurn:
         "_name",
         "_tool",
         "_initial",
+        "_settings",
     )
 
     def __init__(
@@ -725,9 +764,10 @@ class AgentTurn:
         self._token: Any = None
         self._agent_id = agent_id
         self._tool: tuple[Any, Any] | None = None
-        self._name, initial = _identity(self.agent, StepKind.MESSAGE, None, agent_id)
+        self._settings = settings = run.settings if run is not None else current_settings()
+        self._name, initial = _identity(self.agent, StepKind.MESSAGE, None, agent_id, run, settings)
         if attributes:
-            redactor = run.settings.redactor if run is not None else current_settings().redactor
+            redactor = settings.redactor
             for key, value in attributes.items():
                 if isinstance(key, str) and isinstance(value, str | bool | int | float):
                     if isinstance(value, str) and redactor is not None:
@@ -847,12 +887,25 @@ class AgentTurn:
         ):
             span_name, identity = self._name, self._initial  # the turn's own message: nothing new to say who
         else:
-            span_name, identity = _identity(self.agent, step_kind, tool_name, self._agent_id)
-        index, attributes = _step(
-            self.run, self.agent, text, role, step_kind, identity, tool_calls, tool_call_id, extra, is_error
+            span_name, identity = _identity(
+                self.agent, step_kind, tool_name, self._agent_id, self.run, self._settings
+            )
+        step = _step(
+            self.run,
+            self._settings,
+            self.agent,
+            text,
+            role,
+            step_kind,
+            identity,
+            tool_calls,
+            tool_call_id,
+            extra,
+            is_error,
         )
+        attributes = step.attributes
         self.answered = True
-        self.index = index
+        self.index = step.index
         span = self.span
         if span_name != self._name:
             span.update_name(span_name)  # a tool result (the turn was the tool's run), or a named speaker
@@ -863,7 +916,7 @@ class AgentTurn:
                     attributes[key] = value
         span.set_attributes(attributes)
         if is_error:
-            span.set_status(Status(StatusCode.ERROR))
+            span.set_status(Status(StatusCode.ERROR, step.error_text))
 
     def as_tool(self, tool: Any, tool_call_id: Any = None) -> Any:
         """This turn is one tool execution: the span is named ``execute_tool {tool}`` from now on and a
@@ -902,7 +955,7 @@ class AgentTurn:
                 self._answer(text, "assistant", StepKind.MESSAGE, None, None, None, True, None)
         self.span.record_exception(error, escaped=True)
         self.span.set_attribute(semconv.ERROR_TYPE, type(error).__qualname__)
-        self.span.set_status(Status(StatusCode.ERROR, text[:1024]))
+        self.span.set_status(Status(StatusCode.ERROR, text[:MAX_STATUS_DESCRIPTION]))
 
     def close(self, end_time_ns: int | None = None) -> None:
         """End the turn's span (idempotent)."""

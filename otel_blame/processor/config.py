@@ -268,9 +268,10 @@ class EnrichmentConfig(_Section):
     """What the enricher writes besides the ``blame.*`` attributes."""
 
     evaluation_log_records: bool = Field(
-        default=False,
-        description="also send gen_ai.evaluation.result as an OTLP log record parented to the culprit span "
-        "(the downstream must accept OTLP logs, e.g. a Collector with a logs pipeline)",
+        default=True,
+        description="also send gen_ai.evaluation.result as an OTLP log record parented to the culprit span, "
+        "the event as the GenAI conventions define it (a downstream that takes no OTLP logs, such as "
+        "Jaeger, costs one refused request; docs/processor.md)",
     )
 
 

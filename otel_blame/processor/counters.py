@@ -37,6 +37,7 @@ NAMES = (
     "replayed_rows",
     "alerts",
     "evaluation_logs_dropped",  # gen_ai.evaluation.result log records the log could not store
+    "evaluation_logs_refused",  # ... not sent: the downstream takes no OTLP logs (Jaeger, Tempo)
     "cross_run_observed_runs",  # runs counted in the cross-run statistics (failed and successful)
     "cross_run_changed_verdicts",  # attributions whose step the cross-run evidence changed
     "cross_run_skipped_traces",  # runs not counted: analysis pool saturated, or the disk nearly full

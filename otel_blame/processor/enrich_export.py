@@ -174,9 +174,13 @@ class EnrichExportStage:
         self._retained.keep(trace.trace_id, time.monotonic(), trace.span_payloads, trace.log_payloads)
 
     def _send_evaluation_log(self, evaluation: EvaluationEvent, resource: bytes, trace_hex: str) -> None:
-        """The evaluation event as a log record (when configured), durable like a late span. The blame
-        is already on the spans, so a log that cannot store it costs only this copy."""
+        """The evaluation event as a log record (unless turned off), durable like a late span. The
+        blame is already on the spans, so a log that cannot store it, or a downstream that takes no
+        logs, costs only this copy."""
         if not self._config.evaluation_log_records:
+            return
+        if not self._exporter.accepts_logs():
+            self._counters.add("evaluation_logs_refused")
             return
         payload = evaluation_log_request(evaluation, Resource.FromString(resource) if resource else None)
         try:

@@ -5,6 +5,11 @@ then does ``on_delivered`` release their log rows. Payloads are already wire-enc
 requests, so a batch is their concatenation and nothing is parsed or re-encoded here. A payload
 the downstream rejects as permanently invalid (OTLP: a non-retryable status) is retried alone,
 and if rejected again it is counted and released, as the OTLP specification prescribes.
+
+A downstream that takes no OTLP logs at all (Jaeger and Tempo receive traces only; a Collector
+without a logs pipeline answers gRPC ``UNIMPLEMENTED``, HTTP 404) costs one refused request: log
+records are then released unsent (counted in ``refused_log_records``, one warning) for
+``LOGS_RECHECK_SECONDS``, after which the next one asks again. Spans never wait for logs.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ _RETRYABLE_GRPC = {
     grpc.StatusCode.UNAUTHENTICATED,
 }
 _RETRYABLE_HTTP = {408, 429, 500, 502, 503, 504}
+# the downstream has no such service: it takes no OTLP logs (or traces) at all, whatever the payload
+_UNSUPPORTED_GRPC = {grpc.StatusCode.UNIMPLEMENTED}
+_UNSUPPORTED_HTTP = {404, 405, 501}
+LOGS_RECHECK_SECONDS = 300.0  # a downstream that took no logs is asked again after this long
 
 
 @dataclass(slots=True)
@@ -58,10 +67,15 @@ class ExportItem:
 
 
 class ExportFailed(Exception):
-    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
+    """``unsupported``: the downstream has no service for this kind of payload (not retryable)."""
+
+    def __init__(
+        self, message: str, *, retryable: bool, retry_after: float | None = None, unsupported: bool = False
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.unsupported = unsupported
 
 
 class _GRPCTransport:
@@ -87,7 +101,9 @@ class _GRPCTransport:
             self._calls[kind](payload, timeout=self._timeout, metadata=self._metadata or None)
         except grpc.RpcError as error:
             code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-            raise ExportFailed(f"gRPC {code.name}", retryable=code in _RETRYABLE_GRPC) from None
+            raise ExportFailed(
+                f"gRPC {code.name}", retryable=code in _RETRYABLE_GRPC, unsupported=code in _UNSUPPORTED_GRPC
+            ) from None
 
     def close(self) -> None:
         self._channel.close()
@@ -156,6 +172,7 @@ class _HTTPTransport:
             f"HTTP {response.status}",
             retryable=response.status in _RETRYABLE_HTTP,
             retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
+            unsupported=response.status in _UNSUPPORTED_HTTP,
         )
 
     def close(self) -> None:
@@ -182,7 +199,9 @@ class OTLPExporter:
         self.exported_bytes = 0
         self.failed_attempts = 0
         self.rejected_items = 0
+        self.refused_log_records = 0
         self.last_error: str | None = None
+        self._logs_refused_at: float | None = None  # when the downstream last said it takes no logs
         self._threads = [
             threading.Thread(target=self._run, name=f"otel-blame-export-{n}", daemon=True)
             for n in range(config.workers)
@@ -194,10 +213,21 @@ class OTLPExporter:
         self.consume(ExportItem(kind, payload, refs, items))
 
     def consume(self, item: ExportItem) -> None:
-        """The end of the chain (a :class:`~otel_blame.processor.stage.Consumer`): queue for export."""
+        """The end of the chain (a :class:`~otel_blame.processor.stage.Consumer`): queue for export;
+        log records for a downstream that takes none are released at once, unsent."""
+        if item.kind == LOGS and not self.accepts_logs():
+            with self._cond:
+                self.refused_log_records += item.items
+            self._on_delivered(item.refs)
+            return
         with self._cond:
             self._queue.append(item)
             self._cond.notify()
+
+    def accepts_logs(self) -> bool:
+        """False while the downstream is known to take no OTLP logs (asked again after a while)."""
+        refused_at = self._logs_refused_at
+        return refused_at is None or time.monotonic() - refused_at >= LOGS_RECHECK_SECONDS
 
     @property
     def pending(self) -> int:
@@ -252,6 +282,25 @@ class OTLPExporter:
                     self._in_flight -= len(batch)
                     self._cond.notify_all()
 
+    def _refuse_logs(self, batch: list[ExportItem], error: ExportFailed) -> None:
+        """The downstream takes no logs: these and the next ones (for a while) are released unsent."""
+        with self._cond:
+            first = (
+                self._logs_refused_at is None
+                or time.monotonic() - self._logs_refused_at >= LOGS_RECHECK_SECONDS
+            )
+            self._logs_refused_at = time.monotonic()
+            self.refused_log_records += sum(item.items for item in batch)
+        if first:
+            log.warning(
+                "downstream %s takes no OTLP logs (%s): log records are not sent for the next %.0f s "
+                "(the spans carry everything; gen_ai.evaluation.result stays a span event)",
+                self._config.endpoint,
+                error,
+                LOGS_RECHECK_SECONDS,
+            )
+        self._on_delivered([ref for item in batch for ref in item.refs])
+
     def _deliver(self, batch: list[ExportItem]) -> None:
         backoff = self._config.initial_backoff
         pending = [batch]
@@ -264,6 +313,9 @@ class OTLPExporter:
                 with self._cond:
                     self.failed_attempts += 1
                     self.last_error = str(error)
+                if error.unsupported and current[0].kind == LOGS:
+                    self._refuse_logs(current, error)
+                    continue
                 if not error.retryable:
                     if len(current) > 1:  # find the item the downstream refuses, deliver the rest
                         pending[:0] = [[item] for item in current]

@@ -392,6 +392,7 @@ class BlameProcessor:
                 exported_log_records=self._exporter.exported_log_records,
                 export_failed_attempts=self._exporter.failed_attempts,
                 export_rejected_items=self._exporter.rejected_items,
+                export_refused_log_records=self._exporter.refused_log_records,
                 export_pending_items=self._exporter.pending,
             )
         if self._wal is not None:

@@ -13,6 +13,9 @@ from otel_blame import semconv
 from otel_blame.instrumentation import configure, reset_configuration
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 
+# the helpers every framework's tests share: their asserts explain themselves, as the tests' own do
+pytest.register_assert_rewrite("tests.instrument.shapes", "tests.instrument.failed_turns")
+
 
 class Spans:
     """Finished spans, with the queries the tests need."""

@@ -11,6 +11,7 @@ from opentelemetry.trace import StatusCode
 from otel_blame import semconv
 from otel_blame.instrumentation import task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
@@ -246,3 +247,44 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented):
     assert reply.body == "The worker says 42."
     assert _summary(instrumented.steps()) == EXPECTED
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+SHAPE_SCRIPT = [
+    Reply(tool_calls=[{"id": "call_w", "name": "ask_worker", "arguments": {"question": "What is 6*7?"}}]),
+    "42",
+    Reply(tool_calls=[{"id": "call_l", "name": "lookup", "arguments": {}}]),
+    "The worker says 42.",
+]
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, latest):
+    from ag2 import tool
+
+    @tool
+    def lookup() -> str:
+        """Look something up."""
+        raise ValueError("index offline")
+
+    def run() -> None:
+        with ScriptedLLM(SHAPE_SCRIPT) as llm:
+            lead = _build(llm)
+            lead.add_tool(lookup)
+            asyncio.run(lead.ask("Compute 6*7 with help."))
+
+    (read,) = read_back(instrumented, latest, run)
+    assert read["task"] == ("lead", "lead", "Compute 6*7 with help.", None, "The worker says 42.")
+    assert [step[:3] for step in read["steps"]] == [
+        ("user", "user", "message"),
+        ("lead", "assistant", "message"),
+        ("worker", "assistant", "message"),
+        ("lead", "tool", "tool"),
+        ("lead", "assistant", "message"),
+        ("lead", "tool", "tool"),
+        ("lead", "assistant", "message"),
+    ]
+    assert [step[3] for step in read["steps"]][3] == "42" and "index offline" in read["steps"][5][3]
+    assert [step[-1] for step in read["steps"]] == [False] * 5 + [True, False]
+    assert [failure[:2] for failure in read["dependency_failures"]] == [("lookup", "tool_error")]

@@ -18,6 +18,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
@@ -579,3 +580,35 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
         asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
     assert _summary(instrumented.steps()) == ROUND_ROBIN_STEPS
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, calls, latest):
+    """A round robin with a tool, then an agent whose tool raises."""
+    broken = [Reply(tool_calls=[{"id": "c1", "name": "lookup_broken", "arguments": {"city": "Paris"}}])]
+
+    def run() -> None:
+        with ScriptedLLM(ROUND_ROBIN_SCRIPT) as llm:
+            asyncio.run(_round_robin(llm, calls).run(task=QUESTION))
+        with ScriptedLLM(broken) as llm:
+            agent = AssistantAgent("searcher", model_client=calls.client(llm), tools=[lookup_broken])
+            asyncio.run(agent.run(task="find it"))
+
+    team, searcher = read_back(instrumented, latest, run)
+    assert [(s[0], s[2], s[3]) for s in team["steps"]] == [
+        (agent, kind, text if kind != "message" or not text.startswith("call ") else _TOOL_CALL_TEXT)
+        for agent, kind, _, text in ROUND_ROBIN_STEPS
+    ]
+    assert [(s[0], s[2], s[3], s[6]) for s in searcher["steps"]] == [
+        ("user", "message", "find it", False),
+        ("searcher", "message", 'tool_call lookup_broken({"city": "Paris"})', False),
+        ("searcher", "tool", "ValueError: index offline", True),
+        ("searcher", "message", "index offline", False),
+    ]
+    assert searcher["dependency_failures"] == [("lookup_broken", "tool_error", "ValueError", 2)]
+
+
+_TOOL_CALL_TEXT = 'tool_call lookup_weather({"city": "Paris"})'

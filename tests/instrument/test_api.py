@@ -17,10 +17,12 @@ from otel_blame.instrumentation import (
     current_task,
     hook_error_count,
     record_message,
+    reset_configuration,
     set_outcome,
     task,
 )
 from otel_blame.redaction import Redactor
+from tests.instrument.shapes import SHAPES, assert_shape, reading, use_shape
 from tests.instrument.steps import step_kind, step_role
 
 
@@ -399,3 +401,115 @@ def test_an_interceptor_that_raises_changes_nothing(spans):
             assert turn.as_tool(lambda a, b: a * b)(6, 7) == 42
     assert [_content(s) for s in spans.steps()] == ["compute 6*7", "42"]
     assert HOOK_ERRORS.by_site() == {"intercept": 3}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+def _divide(a: int, b: int) -> float:
+    return a / b
+
+
+def _calculation_run() -> None:
+    """A run with a message, a tool call, its result, a tool that raises and an error the app reports."""
+    from otel_blame.instrumentation import agent_turn
+
+    with task("calc", input="What is 6*7, and 1/0?", expected_output="42") as run:
+        record_message("user", "What is 6*7, and 1/0?", role="user")
+        with agent_turn("coder", agent_id="coder/1") as turn:
+            turn.answer("", tool_calls=[{"id": "c1", "name": "multiply", "arguments": {"a": 6, "b": 7}}])
+        record_message("coder", "42", role="tool", kind="tool", tool_name="multiply", tool_call_id="c1")
+        with pytest.raises(ZeroDivisionError), agent_turn("coder") as turn:
+            turn.as_tool(_divide, tool_call_id="c2")(1, 0)
+        record_message("coder", "quota exceeded", role="tool", kind="tool", tool_name="lookup", is_error=True)
+        record_message("coder", "6*7 is 41.", agent_id="coder/1")
+        run.set_outcome(False, final_output="6*7 is 41.", reason="wrong product")
+
+
+CALCULATION_READING = [
+    {
+        "task": ("calc", "calc", "What is 6*7, and 1/0?", "42", "6*7 is 41."),
+        "outcome": ("failure", "wrong product"),
+        "steps": [
+            ("user", "user", "message", "What is 6*7, and 1/0?", None, None, False),
+            ("coder", "assistant", "message", 'tool_call multiply({"a": 6, "b": 7})', None, None, False),
+            ("coder", "tool", "tool", "42", "multiply", None, False),
+            ("coder", "tool", "tool", "ZeroDivisionError: division by zero", "_divide", None, True),
+            ("coder", "tool", "tool", "quota exceeded", "lookup", None, True),
+            ("coder", "assistant", "message", "6*7 is 41.", None, None, False),
+        ],
+        "dependency_failures": [
+            ("_divide", "tool_error", "ZeroDivisionError", 3),
+            ("lookup", "tool_error", "quota exceeded", 4),
+        ],
+    }
+]
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(spans, latest):
+    use_shape(latest)
+    _calculation_run()
+    assert_shape(spans, latest, tools=1)
+    assert reading(spans) == CALCULATION_READING
+
+
+def test_the_shape_follows_otel_semconv_stability_opt_in_as_contrib_reads_it(spans, monkeypatch):
+    """``gen_ai_latest_experimental`` among the comma-separated values selects the latest shape, read
+    by opentelemetry-instrumentation's helper (once per process, as for the contrib instrumentations)."""
+    from opentelemetry.instrumentation._semconv import _OpenTelemetrySemanticConventionStability
+
+    from otel_blame.instrumentation import current_settings
+
+    monkeypatch.setattr(_OpenTelemetrySemanticConventionStability, "_initialized", False)
+    monkeypatch.setattr(
+        _OpenTelemetrySemanticConventionStability, "_OTEL_SEMCONV_STABILITY_SIGNAL_MAPPING", {}
+    )
+    monkeypatch.setenv(semconv.ENV_SEMCONV_STABILITY_OPT_IN, "http/dup, gen_ai_latest_experimental")
+    assert current_settings().latest_genai_conventions is True
+    _calculation_run()
+    assert_shape(spans, latest=True)
+    # read once per process: a later change of the variable changes nothing, as in contrib
+    monkeypatch.setenv(semconv.ENV_SEMCONV_STABILITY_OPT_IN, "http")
+    assert current_settings().latest_genai_conventions is True
+    configure(latest_genai_conventions=False)  # code overrides the environment
+    assert current_settings().latest_genai_conventions is False
+    # a process that starts without the value emits the legacy shape
+    reset_configuration()
+    monkeypatch.setattr(_OpenTelemetrySemanticConventionStability, "_initialized", False)
+    assert current_settings().latest_genai_conventions is False
+
+
+def test_the_latest_shape_says_what_the_contrib_handler_says(spans, monkeypatch):
+    """Our latest-shape spans against the ones opentelemetry-util-genai (the handler the contrib GenAI
+    instrumentations share) makes for the same workflow, agent and tool: same name, kind, and every
+    attribute it sets with the same value (ours add the otel_blame.* ones)."""
+    handler_module = pytest.importorskip("opentelemetry.util.genai.handler")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_blame.instrumentation import agent_turn
+
+    monkeypatch.setenv(semconv.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_ONLY")
+    theirs = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(theirs))
+    handler = handler_module.TelemetryHandler(tracer_provider=provider)
+    with handler.workflow("calc"):
+        with handler.invoke_local_agent(agent_name="coder"):
+            with handler.tool("multiply", tool_call_id="c1") as tool:
+                tool.tool_result = "42"
+    use_shape(True)
+    with task("calc"):
+        with agent_turn("coder") as turn:
+            turn.answer("I will multiply.")
+            record_message("coder", "42", role="tool", kind="tool", tool_name="multiply", tool_call_id="c1")
+    ours = {span.name: span for span in spans.all()}
+    for reference in theirs.get_finished_spans():
+        span = ours[reference.name]
+        assert span.kind == reference.kind, reference.name
+        said = {key: value for key, value in reference.attributes.items()}
+        assert {key: span.attributes.get(key) for key in said} == said, reference.name
+    assert set(ours) >= {"invoke_workflow calc", "invoke_agent coder", "execute_tool multiply"}
+    provider.shutdown()

@@ -14,6 +14,7 @@ from otel_blame import semconv
 from otel_blame.conventions import trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, set_outcome, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import RecordingOTLPSink, ScriptedLLM
 
@@ -389,3 +390,56 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented, tmp_path):
         result = chat.planner.initiate_chat(chat.manager, message=QUESTION, silent=True)
     _chat_history_matches(instrumented.steps(), result.chat_history)
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, latest, tmp_path):
+    """A tool chat (a result and a tool that raises) and a group chat with a code executor."""
+    from autogen import register_function
+
+    from tests.support import Reply
+
+    def divide(a: int, b: int) -> float:
+        return a / b
+
+    script = [
+        Reply(tool_calls=[{"id": "call_1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]),
+        Reply(tool_calls=[{"id": "call_2", "name": "divide", "arguments": {"a": 1, "b": 0}}]),
+        "42, and 1/0 failed",
+    ]
+
+    def run() -> None:
+        with ScriptedLLM(script) as llm:
+            user, assistant = _multiply_chat(llm, [])
+            register_function(divide, caller=assistant, executor=user, description="divide two numbers")
+            user.initiate_chat(assistant, message="6*7 and 1/0?", max_turns=3, silent=True)
+        with ScriptedLLM(SCRIPT) as llm:
+            chat = build_group_chat(llm, tmp_path)
+            chat.planner.initiate_chat(chat.manager, message=QUESTION, silent=True)
+
+    tool_chat, group_chat = read_back(instrumented, latest, run)
+    assert tool_chat["task"][2:] == ("6*7 and 1/0?", None, "42, and 1/0 failed")
+    assert [step[:3] for step in tool_chat["steps"]] == [
+        ("user", "assistant", "message"),
+        ("assistant", "assistant", "message"),
+        ("user", "tool", "tool"),
+        ("assistant", "assistant", "message"),
+        ("user", "tool", "tool"),
+        ("assistant", "assistant", "message"),
+    ]
+    tools = [(step[3], step[4], step[6]) for step in tool_chat["steps"] if step[2] == "tool"]
+    assert tools == [("42", "multiply", False), ("Error: division by zero", "divide", True)]
+    assert [failure[:3] for failure in tool_chat["dependency_failures"]] == [
+        ("divide", "tool_error", "Error: division by zero")
+    ]
+    assert [step[:3] for step in group_chat["steps"]] == [
+        ("planner", "assistant", "message"),
+        ("coder", "assistant", "message"),
+        ("executor", "assistant", "code_execution"),
+        ("reviewer", "assistant", "message"),
+        ("planner", "assistant", "message"),
+    ]
+    assert "42" in group_chat["steps"][2][3]

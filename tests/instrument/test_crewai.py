@@ -19,6 +19,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
@@ -369,3 +370,32 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
         "It is sunny in Paris today, 21 C.",
     ]
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, calls, latest):
+    """A sequential crew with a tool, then one whose tool raises."""
+    action = 'Thought: look it up.\nAction: lookup_broken\nAction Input: {"city": "Paris"}'
+    broken = [action, "Thought: the index is down.\nFinal Answer: no data", "Final Answer: No data today."]
+
+    def run() -> None:
+        with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+            _crew(llm, calls).kickoff()
+        with ScriptedLLM(broken, default="Final Answer: no data") as llm:
+            _crew(llm, calls, tools=[LookupBroken()]).kickoff()
+
+    crew, broken_crew = read_back(instrumented, latest, run)
+    assert [(s[0], s[2], s[6]) for s in crew["steps"]] == [
+        ("researcher", "message", False),
+        ("researcher", "tool", False),
+        ("researcher", "message", False),
+        ("writer", "message", False),
+    ]
+    assert crew["steps"][1][3:5] == ("Paris: sunny, 21 C", "lookup_weather")
+    assert crew["task"][0] == "weather_crew" and crew["task"][4] == "It is sunny in Paris today, 21 C."
+    tools = [s for s in broken_crew["steps"] if s[2] == "tool"]
+    assert tools and all(s[6] and "index offline" in s[3] for s in tools)
+    assert {f[:2] for f in broken_crew["dependency_failures"]} == {("lookup_broken", "tool_error")}

@@ -12,6 +12,7 @@ from otel_blame import semconv
 from otel_blame.instrumentation import task
 from otel_blame.instrumentation._safety import HOOK_ERRORS
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
@@ -395,3 +396,43 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented):
         _build(llm).invoke(_input())
     assert _summary(spans.steps()) == EXPECTED
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, latest):
+    """A graph run with a tool, then one whose tool raises, then a node that raises."""
+
+    def offline(city: str) -> int:
+        raise ValueError("census offline")
+
+    def fail(state):
+        raise LookupError("no model")
+
+    def run() -> None:
+        from langgraph.graph import END, START, MessagesState, StateGraph
+
+        with ScriptedLLM(SCRIPT) as llm:
+            _build(llm).invoke(_input())
+        with ScriptedLLM([*SCRIPT[:2], "I could not find it.", "Unknown."]) as llm:
+            _build(llm, lookup=offline).invoke(_input())
+        graph = StateGraph(MessagesState)
+        graph.add_node("fragile", fail)
+        graph.add_edge(START, "fragile")
+        graph.add_edge("fragile", END)
+        with pytest.raises(LookupError):
+            graph.compile().invoke(_input())
+
+    graph_run, offline_run, failed_run = read_back(instrumented, latest, run)
+    assert [(s[0], s[2]) for s in graph_run["steps"]] == [(agent, kind) for agent, kind, _ in EXPECTED]
+    assert [s[3] for s in graph_run["steps"] if s[2] == "tool"] == ["2100000"]
+    tool = next(s for s in offline_run["steps"] if s[2] == "tool")
+    assert "census offline" in tool[3] and tool[6] is True
+    assert [f[:2] for f in offline_run["dependency_failures"]] == [("population", "tool_error")]
+    assert failed_run["outcome"][0] == "failure"
+    assert [(s[0], s[3], s[6]) for s in failed_run["steps"]] == [
+        ("user", QUESTION, False),
+        ("fragile", "LookupError: no model", True),
+    ]

@@ -14,6 +14,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
 
@@ -506,3 +507,38 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented):
     assert result.final_output == "Paris is sunny, 21 C."
     assert _summary(instrumented.steps()) == HANDOFF_STEPS
     assert set(HOOK_ERRORS.by_site()) == {"intercept"}
+
+
+# -- both shapes of the GenAI conventions ----------------------------------------------------------
+
+
+@SHAPES
+def test_both_convention_shapes_read_back_the_same(instrumented, latest):
+    """Handoffs and a tool, then an agent whose tool raises."""
+
+    @agents.function_tool
+    def lookup(city: str) -> str:
+        """Look something up."""
+        raise ValueError("index offline")
+
+    broken = [Reply(tool_calls=[{"id": "c1", "name": "lookup", "arguments": {"city": "Paris"}}]), "No data."]
+
+    def run() -> None:
+        with ScriptedLLM(HANDOFF_SCRIPT) as llm:
+            agents.Runner.run_sync(_handoff_team(llm), QUESTION)
+        with ScriptedLLM(broken) as llm:
+            agent = agents.Agent(name="searcher", instructions="Search.", model=_model(llm), tools=[lookup])
+            agents.Runner.run_sync(agent, "find it")
+
+    team, searcher = read_back(instrumented, latest, run, tools=3)
+    assert [(s[0], s[2]) for s in team["steps"]] == [(agent, kind) for agent, kind, _, _ in HANDOFF_STEPS]
+    assert [s[3] for s in team["steps"] if s[2] == "tool"] == [
+        text for _, kind, _, text in HANDOFF_STEPS if kind == "tool"
+    ]
+    assert [(s[0], s[2], s[6]) for s in searcher["steps"]] == [
+        ("user", "message", False),
+        ("searcher", "message", False),
+        ("searcher", "tool", True),
+        ("searcher", "message", False),
+    ]
+    assert [f[:2] for f in searcher["dependency_failures"]] == [("lookup", "tool_error")]

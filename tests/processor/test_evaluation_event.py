@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_blame import semconv as sc
 from otel_blame.cli import main
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 
 from .spans import output_messages, record_agent_run
 
@@ -128,7 +128,7 @@ def test_late_verdict_blame_span_carries_the_evaluation(sink, make_processor) ->
     assert blame.links[0].span_id  # linked to the evaluated (culprit) span
 
 
-# --- the same evaluation as the conventions' log-record event (enrichment.evaluation_log_records) ------
+# --- the same evaluation as the conventions' log-record event (enrichment.evaluation_log_records, on) ------
 
 
 def _wait_for_log_records(sink, count: int, timeout: float = 10.0) -> list:  # noqa: ANN001
@@ -146,7 +146,7 @@ def _evaluation_records(sink) -> list:  # noqa: ANN001
 
 
 def test_evaluation_log_record_is_parented_to_the_culprit_span(sink, make_processor) -> None:  # noqa: ANN001
-    processor = make_processor(enrichment={"evaluation_log_records": True})
+    processor = make_processor()  # on by default
     spans = record_agent_run(
         [("Planner", "Plan: compute 6*7."), ("Solver", "The answer is 41."), ("Critic", "Looks right.")],
         failed=True,
@@ -166,20 +166,21 @@ def test_evaluation_log_record_is_parented_to_the_culprit_span(sink, make_proces
     assert attributes_to_dict(resource_logs.resource.attributes)[sc.SERVICE_NAME]  # the trace's resource
 
 
-def test_no_evaluation_log_record_unless_asked_or_failed(sink, make_processor) -> None:  # noqa: ANN001
-    quiet = make_processor()
+def test_no_evaluation_log_record_when_turned_off_or_successful(sink, make_processor) -> None:  # noqa: ANN001
+    quiet = make_processor(enrichment={"evaluation_log_records": False})
     failed = record_agent_run([("A", "plan"), ("B", "The answer is 41.")], failed=True)
     _send(quiet.grpc_endpoint, failed)
     sink.wait_for_spans(len(failed), timeout=10)
-    # both use the same WAL directory: the next one would replay (and, asked, record) what this one
-    # has exported but not yet released, so it stops first
+    # both use the same WAL directory: the next one would replay (and record) what this one has
+    # exported but not yet released, so it stops first
     quiet.stop()
-    asking = make_processor(enrichment={"evaluation_log_records": True})
+    asking = make_processor()
     passed = record_agent_run([("A", "plan"), ("B", "42")], failed=False)
     _send(asking.grpc_endpoint, passed)
     sink.wait_for_spans(len(failed) + len(passed), timeout=10)
     asking.stop()  # everything it had is delivered
     assert _evaluation_records(sink) == []
+    assert any(_evaluation_events(recorded.span) for recorded in sink.spans())  # the span event stays
 
 
 def test_late_verdict_evaluation_log_record_names_the_blame_span(sink, make_processor) -> None:  # noqa: ANN001

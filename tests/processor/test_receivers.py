@@ -207,11 +207,13 @@ def test_logs_are_forwarded_and_joined_for_attribution(sink, make_processor, con
     exporter.shutdown()
     arrived = sink.wait_for_spans(len(spans), timeout=10)
     deadline = time.monotonic() + 5
-    while len(sink.log_records()) < 3 and time.monotonic() < deadline:
+    while len(sink.log_records()) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sorted(r.SerializeToString() for r in sink.log_records()) == sorted(
+    forwarded = [r for r in sink.log_records() if r.event_name != sc.GEN_AI_EVALUATION_RESULT_EVENT]
+    assert sorted(r.SerializeToString() for r in forwarded) == sorted(
         r.SerializeToString() for r in records
-    )  # forwarded unchanged
+    )  # forwarded unchanged, next to the failed trace's evaluation result
+    assert len(sink.log_records()) == len(records) + 1
     culprits = [r.span.name for r in arrived if attributes_to_dict(r.span.attributes).get(sc.BLAME_CULPRIT)]
     assert len(culprits) == 1 and culprits[0] in ("invoke_agent Planner", "invoke_agent Solver")
 
