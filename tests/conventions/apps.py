@@ -109,14 +109,17 @@ def langgraph_input() -> dict[str, Any]:
     return {"messages": [HumanMessage(QUESTION)]}
 
 
-def plain_app(base_url: str, tracer: Any, prompts: dict[str, str] | None = None) -> None:
-    """No framework: one span of the plain OpenTelemetry API around the run, three LLM calls whose
-    only sign of the agent is its system prompt. Raises :class:`WrongAnswer` (recorded on the span)."""
+def plain_app(
+    base_url: str, tracer: Any, prompts: dict[str, str] | None = None, span_name: str = "answer_question"
+) -> None:
+    """No framework: one span of the plain OpenTelemetry API around the run (named ``span_name``), three
+    LLM calls whose only sign of the agent is its system prompt. Raises :class:`WrongAnswer` (recorded
+    on the span)."""
     import openai
 
     prompts = prompts or PROMPTS
     client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
-    with tracer.start_as_current_span("answer_question"):
+    with tracer.start_as_current_span(span_name):
         history = [{"role": "user", "content": QUESTION}]
         for agent in AGENTS:
             messages = [{"role": "system", "content": prompts[agent]}, *history]

@@ -16,6 +16,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 
 from otel_blame import semconv as sc
 from otel_blame.conventions import attributes_to_dict, build_trajectory, sdk_logs_to_proto, sdk_spans_to_proto
+from otel_blame.conventions.builder import UNNAMED_AGENT
 from otel_blame.trajectory import Outcome
 from tests.support import ScriptedLLM
 
@@ -78,6 +79,23 @@ def test_no_agent_anywhere_names_the_app_span_never_the_service_and_says_so(open
     # the calls ran in the app's "answer_question" span: that is where a person would look
     assert [s.agent for s in built.trajectory.steps] == ["answer_question"] * 3
     assert built.notes.agent_unnamed == 3 and built.notes.service == SERVICE
+
+
+@pytest.mark.parametrize("span_name", ["POST /v1/answer", "handler.run"])
+def test_a_step_in_no_span_of_its_own_is_the_unnamed_agent_never_the_service(openai_v2, span_name) -> None:  # noqa: ANN001
+    """Nothing names the agent and the span the calls ran in has no name of its own (it names an
+    operation: an HTTP route, a method): "unnamed agent", counted, while the service name is right
+    there on the resource."""
+    capture, _ = openai_v2("SPAN_ONLY")
+    anonymous = dict.fromkeys(apps.AGENTS, "Be brief.")
+    with ScriptedLLM(apps.SCRIPT) as llm, pytest.raises(apps.WrongAnswer):
+        apps.plain_app(
+            llm.base_url, capture.provider.get_tracer("app"), prompts=anonymous, span_name=span_name
+        )
+    built = capture.built()
+    assert built.notes.service == SERVICE
+    assert [s.agent for s in built.trajectory.steps] == [UNNAMED_AGENT] * 3 == ["unnamed agent"] * 3
+    assert built.notes.agent_unnamed == 3
 
 
 def _logfire_run(tmp_path: Path, with_openai_v2: bool = False) -> ExportTraceServiceRequest:
