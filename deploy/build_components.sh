@@ -9,6 +9,12 @@
 # build cache warm): 30.5 minutes (1827 s) with -p 1 on the same 2 cores under a load average of
 # 10-12 from other jobs (2026-11-23, `go build -p 1 -trimpath ./cmd/tempo` in the module dir).
 #
+# Two builds run at once: the Collector then Jaeger (Jaeger embeds the same Collector modules, so it
+# reuses most of the Collector's compiled packages from the Go build cache), and Tempo beside them (its
+# module set is another one). One build's module downloads and links overlap the other's compiling;
+# binaries are linked without DWARF debug information (-s -w, as the Collector Builder does by
+# default), which the tests never read.
+#
 # Usage: deploy/build_components.sh        (prints the three binary paths when done)
 # Env:   OTEL_BLAME_E2E_CACHE  cache root;  E2E_GO_PARALLEL  `go build -p` (default: the number of
 #        cores; set 1 to keep a busy machine usable while it builds).
@@ -111,7 +117,7 @@ build_jaeger() {
         exit 1
     fi
     log "building jaeger from $src; this takes a while"
-    (cd "$src" && GOFLAGS="-buildvcs=false" go build -p "$parallel" -trimpath -o "$target.tmp" ./cmd/jaeger)
+    (cd "$src" && GOFLAGS="-buildvcs=false" go build -p "$parallel" -trimpath -ldflags="-s -w" -o "$target.tmp" ./cmd/jaeger)
     mv "$target.tmp" "$target"
     printf '%s' "$pin" >"$target.pin"
 }
@@ -140,14 +146,31 @@ build_tempo() {
     # A module zip carries no vendor/ directory, so dependencies come from the proxy (-mod=mod),
     # each checked against Tempo's own go.sum.
     log "building tempo from $src; this takes a while"
-    (cd "$src" && GOFLAGS="-buildvcs=false -mod=mod" go build -p "$parallel" -trimpath -o "$target.tmp" ./cmd/tempo)
+    (cd "$src" && GOFLAGS="-buildvcs=false -mod=mod" go build -p "$parallel" -trimpath -ldflags="-s -w" -o "$target.tmp" ./cmd/tempo)
     mv "$target.tmp" "$target"
     printf '%s' "$pin" >"$target.pin"
 }
 
-build_collector
-build_jaeger
-build_tempo
+# Each lane's log lines carry its name; the script fails when either lane failed.
+lane() {  # $1 name, then the functions to run in order
+    local name="$1"
+    shift
+    (
+        set -euo pipefail
+        for step in "$@"; do "$step"; done
+    ) > >(sed -u "s/^/[$name] /") 2>&1
+}
+lane collector+jaeger build_collector build_jaeger &
+collector_lane=$!
+lane tempo build_tempo &
+tempo_lane=$!
+status=0
+wait "$collector_lane" || status=1
+wait "$tempo_lane" || status=1
+if [[ $status -ne 0 ]]; then
+    log "ERROR: a build failed (see the lines above)"
+    exit 1
+fi
 echo "$bin/otelcol-blame"
 echo "$bin/jaeger"
 echo "$bin/tempo"

@@ -1,6 +1,7 @@
 """Suite-wide hooks: the no-silent-skips policy (tests/skip_policy.py, tests/allowed_skips.toml), the
-session's one throwaway PostgreSQL cluster (tests/postgres_cluster.py), and no LLM endpoint from the
-developer's environment (with one, the offline default would escalate its undecided verdicts to it)."""
+session's one throwaway PostgreSQL cluster (tests/postgres_cluster.py; one per pytest-xdist worker),
+and no LLM endpoint from the developer's environment (with one, the offline default would escalate its
+undecided verdicts to it)."""
 
 import pytest
 

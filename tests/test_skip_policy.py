@@ -127,3 +127,13 @@ def test_make_system_packages_fails_in_ci_when_it_cannot_install(tmp_path: Path,
     )
     assert result.returncode == status, result.stdout + result.stderr
     assert ("ERROR: not root and no sudo" if strict else "WARNING: not root and no sudo") in result.stderr
+
+
+def test_skips_on_xdist_workers_count_too(tmp_path: Path):
+    """`make test` runs pytest-xdist: a skip in a worker, at run or at collection, reaches the policy."""
+    module = "import pytest\npytest.importorskip('no_such_module_here')\n\ndef test_x():\n    pass\n"
+    files = {"test_suite.py": SUITE, "test_optional.py": module}
+    result = _run(tmp_path, "--strict-skips", "-n", "2", files=files)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "test_suite.py::test_needs_a_tool: frobnicator not installed" in result.stdout
+    assert "test_optional.py: could not import 'no_such_module_here'" in result.stdout

@@ -215,9 +215,9 @@ def test_attribute_an_otlp_json_trace_file(tmp_path: Path):
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from otel_blame.attribution.heuristic import gather_evidence
+    from otel_blame.conventions import sdk_spans_to_proto
     from otel_blame.loaders import load_trajectory
     from otel_blame.otlp_json import traces_to_json
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 
     from .test_loaders import _record_run
 
@@ -241,8 +241,8 @@ def test_attribute_an_otlp_json_trace_file(tmp_path: Path):
 def _otlp_file(tmp_path: Path, failed: bool) -> Path:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from otel_blame.conventions import sdk_spans_to_proto
     from otel_blame.otlp_json import traces_to_json
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 
     from .test_loaders import _record_run
 

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from otel_blame import semconv as sc
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.datasets.who_and_when import case_files, iter_cases, load_case
 from otel_blame.loaders import (
     TrajectoryFormatError,
@@ -21,7 +22,6 @@ from otel_blame.loaders import (
     trajectory_from_sdk_spans,
 )
 from otel_blame.otlp_json import traces_to_json
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 from otel_blame.trajectory import Outcome, StepKind
 
 HAND_CRAFTED = {

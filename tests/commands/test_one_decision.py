@@ -19,9 +19,9 @@ from otel_blame.attribution.decision import BlameDecision, blame_decision
 from otel_blame.attribution.registry import DEFAULT_METHOD
 from otel_blame.cli import main
 from otel_blame.commands.serve import load_serve_config, serving_processor
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.loaders import load_trajectory
 from otel_blame.otlp_json import traces_to_json
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 from otel_blame.store import StoreConfig, open_store
 from otel_blame.ui.app import create_ui_app
 from otel_blame.ui.security import CSRF_COOKIE

@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+from otel_blame.conventions import sdk_spans_to_proto
 from tests.postgres_cluster import empty_store_tables
 from tests.processor.spans import record_agent_run
 from tests.support import RecordedSpan, RecordingOTLPSink

@@ -104,6 +104,30 @@ def test_nothing_in_the_package_imports_the_aliases():
     assert set(importers) <= NOT_YET_MOVED
 
 
+def test_the_project_s_own_tests_and_benchmarks_import_no_alias():
+    """Only this file imports them (to check that they still warn); the rest use the public modules."""
+    repo = PACKAGE_ROOT.parent
+    importers = [
+        str(path.relative_to(repo))
+        for directory in (repo / "tests", repo / "bench")
+        for path in sorted(directory.rglob("*.py"))
+        if path != Path(__file__).resolve() and _aliases_imported(path)
+    ]
+    assert importers == []
+
+
+def _aliases_imported(path: Path) -> set[str]:
+    """The aliases ``path`` imports, whole (``import otel_blame.instrument``) or in part (``from ...``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found & set(ALIASES)
+
+
 @pytest.mark.parametrize(
     "alias, public", [(ALIASES[0], "otel_blame.instrumentation"), (ALIASES[1], "otel_blame.conventions")]
 )

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 
 from .spans import output_messages, record_agent_run
 

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 
 from .spans import output_messages
 

@@ -17,9 +17,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
+from otel_blame.conventions import attributes_to_dict
 from otel_blame.processor.config import ConfigError, CrossRunConfig, load_config
 from otel_blame.processor.cross_run import CrossRunStatistics
-from otel_blame.spans_to_trajectory import attributes_to_dict
 from otel_blame.trajectory import Outcome, Trajectory
 
 from .spans import record_agent_run

@@ -9,9 +9,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
+from otel_blame.conventions import attributes_to_dict, sdk_spans_to_proto
 from otel_blame.processor import BlameProcessor, load_config
 from otel_blame.processor.listeners import FinishedAttribution
-from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto
 
 from .conftest import processor_overrides
 from .spans import record_agent_run

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
 from otel_blame.attribution.heuristic import HeuristicAttribution
-from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto, trajectory_from_spans
+from otel_blame.conventions import attributes_to_dict, sdk_spans_to_proto, trajectory_from_spans
 
 from .spans import record_agent_run
 

@@ -13,9 +13,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
 from otel_blame.attribution.llm_settings import LLMSettings
+from otel_blame.conventions import attributes_to_dict, sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import AttributionConfig
-from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto, trajectory_from_spans
 from tests.support import Reply, ScriptedLLM
 
 from .spans import record_agent_run

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.otlp_json import OTLPJSONError, parse_otlp_json, parse_traces_json, traces_to_json
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 
 from .spans import record_agent_run
 

@@ -8,7 +8,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 
 from .spans import record_agent_run
 
@@ -69,7 +69,7 @@ def test_successful_and_non_agent_traces_pass_unchanged(sink, make_processor) ->
     first = sink.wait_for_spans(1, timeout=10)[0]
     assert first.span.name == "GET /health"  # forwarded without waiting for a quiet period
     arrived = sink.wait_for_spans(1 + len(ok), timeout=20)
-    from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+    from otel_blame.conventions import sdk_spans_to_proto
 
     expected = {
         s.span_id: s for rs in sdk_spans_to_proto(ok + plain) for ss in rs.scope_spans for s in ss.spans

@@ -16,8 +16,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
+from otel_blame.conventions import attributes_to_dict, sdk_spans_to_proto
 from otel_blame.otlp_json import traces_to_json
-from otel_blame.spans_to_trajectory import attributes_to_dict, sdk_spans_to_proto
 
 from .spans import record_agent_run
 

@@ -10,7 +10,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto, trajectories_from_spans, trajectory_from_spans
+from otel_blame.conventions import sdk_spans_to_proto, trajectories_from_spans, trajectory_from_spans
 from otel_blame.trajectory import Outcome, StepKind
 
 from .spans import record_agent_run

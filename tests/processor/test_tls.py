@@ -13,8 +13,8 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.processor import BlameProcessor, load_config
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 
 from .conftest import processor_overrides
 from .spans import record_agent_run

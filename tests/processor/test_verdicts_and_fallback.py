@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
 from otel_blame.cli import main
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 from tests.support import Reply, ScriptedLLM
 
 from .spans import record_agent_run

@@ -22,9 +22,9 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.processor import BlameProcessor, load_config
 from otel_blame.processor.wal import KIND_TRACES, WALStorageError, WriteAheadLog
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
 
 from .conftest import processor_overrides
 from .spans import record_agent_run

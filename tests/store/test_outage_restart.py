@@ -18,7 +18,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otel_blame.commands.serve import load_serve_config, serving_processor
-from otel_blame.spans_to_trajectory import sdk_spans_to_proto
+from otel_blame.conventions import sdk_spans_to_proto
 from otel_blame.store import StoreConfig, open_store
 from otel_blame.store.outbox import FILE_NAME as OUTBOX_FILE
 from tests.postgres_cluster import PostgresCluster

@@ -22,13 +22,14 @@ from tests.ports import reserve_port
 CHROMIUM = Path(os.environ.get("OTEL_BLAME_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("OTEL_BLAME_CHROMEDRIVER", "/usr/bin/chromedriver"))
 # The docs' screenshots are refreshed with OTEL_BLAME_UI_SCREENSHOTS=1; otherwise they are still taken
-# (the pages render in a real browser either way) but land in a temporary directory, so a test run
-# leaves the committed images alone.
+# (the pages render in a real browser either way) but land in a temporary directory of this process's
+# own, so a test run leaves the committed images alone, and two runs (or pytest-xdist workers) never
+# write, then check, the same file.
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 SCREENSHOTS = (
     DOCS_IMAGES
     if os.environ.get("OTEL_BLAME_UI_SCREENSHOTS", "").lower() in ("1", "true", "yes")
-    else Path(tempfile.gettempdir()) / "otel-blame-ui-screenshots"
+    else Path(tempfile.gettempdir()) / "otel-blame-ui-screenshots" / str(os.getpid())
 )
 
 
