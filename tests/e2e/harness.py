@@ -28,7 +28,12 @@ from tests.ports import reserve_port
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG_DIR = REPO / "collector_config"
-E2E_BIN_DIR = Path(os.environ.get("OTEL_BLAME_E2E_BIN", Path.home() / ".cache" / "otel-blame-e2e" / "bin"))
+# Where deploy/build_components.sh puts the binaries: $OTEL_BLAME_E2E_CACHE/bin (the script's cache root,
+# ~/.cache/otel-blame-e2e by default), or OTEL_BLAME_E2E_BIN for binaries kept elsewhere.
+E2E_BIN_DIR = Path(
+    os.environ.get("OTEL_BLAME_E2E_BIN")
+    or Path(os.environ.get("OTEL_BLAME_E2E_CACHE") or Path.home() / ".cache" / "otel-blame-e2e") / "bin"
+)
 COLLECTOR_BIN = E2E_BIN_DIR / "otelcol-blame"
 JAEGER_BIN = E2E_BIN_DIR / "jaeger"
 OTEL_BLAME_BIN = Path(sys.executable).parent / "otel-blame"
