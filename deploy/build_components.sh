@@ -151,13 +151,18 @@ build_tempo() {
     printf '%s' "$pin" >"$target.pin"
 }
 
-# Each lane's log lines carry its name; the script fails when either lane failed.
+# Each lane's log lines carry its name, and say how long each build took; the script fails when either
+# lane failed.
 lane() {  # $1 name, then the functions to run in order
     local name="$1"
     shift
     (
         set -euo pipefail
-        for step in "$@"; do "$step"; done
+        for step in "$@"; do
+            started=$(date +%s)
+            "$step"
+            log "$step: $(( $(date +%s) - started )) s"
+        done
     ) > >(sed -u "s/^/[$name] /") 2>&1
 }
 lane collector+jaeger build_collector build_jaeger &
