@@ -118,7 +118,8 @@ def _grpc_credentials(tls: ClientTLSConfig) -> grpc.ChannelCredentials:
 
 
 class _HTTPTransport:
-    """One persistent connection per exporter worker (used from one thread at a time)."""
+    """One persistent connection per exporter worker (used from one thread at a time); ``close`` closes
+    every worker's, from whichever thread calls it."""
 
     def __init__(self, config: ExporterConfig) -> None:
         endpoint = config.endpoint or ""
@@ -136,6 +137,8 @@ class _HTTPTransport:
         self._headers = {key: value.get_secret_value() for key, value in config.headers.items()}
         self._timeout = config.timeout
         self._local = threading.local()
+        self._open: set[http.client.HTTPConnection] = set()  # every worker's, for close()
+        self._open_lock = threading.Lock()
 
     def _connection(self) -> http.client.HTTPConnection:
         connection = getattr(self._local, "connection", None)
@@ -147,6 +150,8 @@ class _HTTPTransport:
             else:
                 connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
             self._local.connection = connection
+            with self._open_lock:
+                self._open.add(connection)
         return connection
 
     def send(self, kind: str, payload: bytes) -> None:
@@ -164,6 +169,8 @@ class _HTTPTransport:
         except (OSError, http.client.HTTPException) as error:
             connection.close()
             self._local.connection = None
+            with self._open_lock:
+                self._open.discard(connection)
             raise ExportFailed(f"HTTP {type(error).__name__}: {error}", retryable=True) from None
         if 200 <= response.status < 300:
             return
@@ -176,8 +183,11 @@ class _HTTPTransport:
         )
 
     def close(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
+        # The workers' connections, not only this thread's (a thread-local seen from the closing thread
+        # holds none: their sockets stayed open until garbage collection).
+        with self._open_lock:
+            connections, self._open = self._open, set()
+        for connection in connections:
             connection.close()
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import threading
 import time
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from otel_blame.processor.config import ExporterConfig
@@ -56,6 +58,36 @@ def test_http_retry_then_isolate_the_refused_payload() -> None:
     assert sorted(_Downstream.received) == [b"one", b"two"]  # whatever the batching, never the refused one
     assert exporter.rejected_items == 1 and exporter.exported_spans == 2
     assert exporter.failed_attempts >= 3  # two 503s and at least one 400
+
+
+class _KeepAliveDownstream(_Downstream):
+    protocol_version = "HTTP/1.1"  # persistent connections, as a Collector's OTLP/HTTP receiver keeps them
+
+
+def test_close_closes_every_worker_s_http_connection() -> None:
+    """Each exporter worker keeps a connection of its own; closing the exporter (from another thread)
+    closes them all: none is left for the garbage collector to find open."""
+    _KeepAliveDownstream.received, _KeepAliveDownstream.answers = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveDownstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    config = ExporterConfig(endpoint=endpoint, protocol="http", workers=3, max_batch_bytes=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        exporter = OTLPExporter(config, lambda refs: None)
+        try:
+            for n in range(60):
+                exporter.submit(TRACES, b"payload %d" % n, [n], 1)
+            assert exporter.flush(30)
+        finally:
+            exporter.close()
+            server.shutdown()
+            server.server_close()
+        del exporter
+        gc.collect()
+    assert len(_KeepAliveDownstream.received) == 60
+    left_open = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert left_open == []
 
 
 def test_grpc_downstream_down_then_up_delivers_everything(sink) -> None:  # noqa: ANN001
