@@ -25,6 +25,8 @@ from tests.support import Reply, ScriptedLLM
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own telemetry: never sent
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+# no first-run question ("view your execution traces? [y/N]"): on a fresh machine it waits 20 s on stdin
+os.environ.setdefault("CREWAI_TESTING", "true")
 crewai = pytest.importorskip("crewai")
 
 from crewai.tools import BaseTool  # noqa: E402

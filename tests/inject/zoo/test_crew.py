@@ -20,6 +20,8 @@ import pytest
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+# no first-run question ("view your execution traces? [y/N]"): on a fresh machine it waits 20 s on stdin
+os.environ.setdefault("CREWAI_TESTING", "true")
 pytest.importorskip("crewai")
 
 from otel_blame.inject.zoo import crew  # noqa: E402
