@@ -87,11 +87,13 @@ system-packages:
 #   	@$(call timed,test-NAME,$(NAME_VENV)/bin/$(PYTEST) $(NAME_TESTS))
 #   ENV_TEST_TARGETS += test-NAME
 #   ENV_TESTS += $(NAME_TESTS)
+#   ENV_VENVS += $(NAME_VENV)
 #
 # `make test` builds every environment and runs its tests beside the other steps (see test-steps);
 # their paths also belong on tests/allowed_skips.toml, since the main environment cannot import them.
 ENV_TEST_TARGETS :=
 ENV_TESTS :=
+ENV_VENVS :=
 
 # CrewAI cannot share .venv (constraints-crewai.txt says why).
 CREWAI_VENV ?= .venv-crewai
@@ -102,6 +104,7 @@ test-crewai: $(CREWAI_VENV)/.installed
 	@$(call timed,test-crewai,$(CREWAI_VENV)/bin/$(PYTEST) $(CREWAI_TESTS))
 ENV_TEST_TARGETS += test-crewai
 ENV_TESTS += $(CREWAI_TESTS)
+ENV_VENVS += $(CREWAI_VENV)
 
 # Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why).
 FRAMEWORKS_VENV ?= .venv-frameworks
@@ -112,6 +115,7 @@ test-frameworks: $(FRAMEWORKS_VENV)/.installed
 	@$(call timed,test-frameworks,$(FRAMEWORKS_VENV)/bin/$(PYTEST) $(FRAMEWORKS_TESTS))
 ENV_TEST_TARGETS += test-frameworks
 ENV_TESTS += $(FRAMEWORKS_TESTS)
+ENV_VENVS += $(FRAMEWORKS_VENV)
 
 # --- The suite ------------------------------------------------------------------------------------
 # `make test` (what .ci/run calls) runs independent steps at once, on two cores:
@@ -137,6 +141,6 @@ test-e2e: $(STAMP) e2e-components system-packages test-main
 	@$(call timed,test-e2e,$(VENV)/bin/$(PYTEST) $(PYTEST_PARALLEL) tests/e2e)
 
 clean:
-	rm -rf $(VENV) $(CREWAI_VENV) $(FRAMEWORKS_VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(ENV_VENVS) .pytest_cache .ruff_cache *.egg-info
 
 .PHONY: demo test test-steps test-main test-e2e lint e2e-components system-packages clean $(ENV_TEST_TARGETS)
