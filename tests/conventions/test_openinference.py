@@ -97,8 +97,10 @@ def test_ours_beside_openinference_counts_each_message_once(ours_and_langchain, 
 @pytest.fixture
 def openai_agents_instrumented(capture):  # noqa: ANN001, ANN201
     pytest.importorskip("agents")
+    import agents
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
+    agents.set_tracing_disabled(False)  # OpenInference reads the SDK's traces: they must be on
     instrumentor = OpenAIAgentsInstrumentor()  # exclusive: the SDK's own exporter to OpenAI is replaced
     instrumentor.instrument(tracer_provider=capture.provider)
     yield capture

@@ -55,6 +55,12 @@ def run() -> Iterator[Run]:
     instrumentor.uninstrument()
     reset_configuration()
     provider.shutdown()
+    # The desk turns the OpenAI Agents SDK's own tracing off for the whole process (run_task): back to
+    # the SDK's default, or a later test in this process that reads the SDK's traces (OpenInference's
+    # instrumentor, tests/conventions) gets none. Which tests share a process depends on pytest-xdist.
+    import agents
+
+    agents.set_tracing_disabled(False)
 
 
 def _steps(answer: dict[str, Any]) -> list[dict[str, Any]]:
