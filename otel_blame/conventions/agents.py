@@ -1,7 +1,10 @@
 """Which agent a step belongs to, from what the trace's telemetry says about agents.
 
 Best first:
-1. an attribute naming the agent on the step's span (``gen_ai.agent.name``, ``agent.name``);
+1. an attribute naming the agent on the step's span (``gen_ai.agent.name``, ``agent.name``), unless it
+   is a stamp: a name no agent span of the trace carries, on a span inside an agent span that names
+   itself (contrib's ``opentelemetry-instrumentation-openai-agents-v2`` writes its configured
+   ``OpenAI Agent`` on every model and tool span, whichever agent made the call);
 2. for a model call that ran in another graph node than its enclosing agent span, that node;
 3. the agent span the step ran in (the span itself, or its nearest agent ancestor): its name
    attribute, the name its span name carries (``invoke_agent Researcher``, ``researcher.run``),
@@ -107,6 +110,23 @@ class AgentResolver:
         ]
         return min(tops, key=lambda view: view.span.start_time_unix_nano) if tops else None
 
+    @functools.cached_property
+    def agent_span_names(self) -> frozenset[str]:
+        """The names the trace's agent spans give themselves."""
+        return frozenset(
+            name
+            for view in self.graph.views
+            if view.kind == Kind.AGENT and (name := self.agent_span_name(view))
+        )
+
+    def stamped(self, view: SpanView, name: str) -> bool:
+        """Whether the agent name on a model or tool span is a stamp, not its agent: no agent span of the
+        trace carries it, and the span runs inside an agent span that names itself."""
+        if view.kind == Kind.AGENT or name in self.agent_span_names:
+            return False
+        agent = self.enclosing_agent(view)
+        return agent is not None and bool(self.agent_span_name(agent))
+
     def owner(self, view: SpanView) -> SpanView | None:
         """The agent span a step ran in: the span itself when it is one, else its nearest agent ancestor."""
         return view if view.kind == Kind.AGENT else self.enclosing_agent(view)
@@ -166,7 +186,7 @@ class AgentResolver:
 
     def resolve(self, view: SpanView) -> str | None:
         found = first(self.conventions, "agent_name", view)
-        if found:
+        if found and not self.stamped(view, found):
             return found
         is_llm = view.kind == Kind.LLM
         node = self.hint(view) if is_llm else None  # an LLM span's node, looked up once
@@ -182,7 +202,7 @@ class AgentResolver:
                 break  # a nameless agent span does not borrow the name of the agent around it
             if candidate.kind == Kind.LLM and candidate is not view:
                 found = first(self.conventions, "agent_name", candidate)
-                if found:
+                if found and not self.stamped(candidate, found):
                     return found
         found = node if is_llm else self.hint(view)
         if found:

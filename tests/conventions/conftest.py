@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -41,6 +42,47 @@ def capture() -> Iterator[Capture]:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     yield Capture(exporter, provider)
     provider.shutdown()
+
+
+class _Forward(SpanProcessor):
+    """Frameworks that trace only through the global provider (Google ADK, Microsoft Agent Framework,
+    Semantic Kernel), which is set once per process: it forwards to the exporter of the test running."""
+
+    target: SpanProcessor | None = None
+
+    def on_start(self, span, parent_context=None) -> None:  # noqa: ANN001
+        if self.target is not None:
+            self.target.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.target is not None:
+            self.target.on_end(span)
+
+
+_FORWARD = _Forward()
+
+
+def _global_provider() -> TracerProvider:
+    """The process's global SDK provider, with the forwarder on it: set here when none is, else the
+    one another test set (a global provider cannot be replaced)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: SERVICE}))
+        trace.set_tracer_provider(provider)
+    if not getattr(provider, "_otel_blame_forwarding", False):
+        provider.add_span_processor(_FORWARD)
+        provider._otel_blame_forwarding = True  # type: ignore[attr-defined]
+    return provider
+
+
+@pytest.fixture
+def global_capture() -> Iterator[Capture]:
+    """The spans the global provider records while the test runs."""
+    provider = _global_provider()
+    exporter = InMemorySpanExporter()
+    _FORWARD.target = SimpleSpanProcessor(exporter)
+    yield Capture(exporter, provider)
+    _FORWARD.target = None
 
 
 def blame_through_processor(processor, downstream: RecordingOTLPSink, spans: list[ReadableSpan]) -> dict:  # noqa: ANN001
