@@ -31,7 +31,8 @@ from .. import story
 from ..openai_agents_app import ASK, MANAGER, RESEARCHER, only_these_trace_processors, run, script
 
 pytest.importorskip("agents")
-pytest.importorskip("opentelemetry.instrumentation.openai_agents.span_processor")  # contrib's, not OpenLLMetry's
+# contrib's instrumentor, not OpenLLMetry's (the same module name)
+pytest.importorskip("opentelemetry.instrumentation.openai_agents.span_processor")
 
 CALL = "chat scripted-model"
 STAMP = "OpenAI Agent"  # the instrumentor's default agent name, on every model and tool span
