@@ -10,8 +10,9 @@ Best first:
    attribute, the name its span name carries (``invoke_agent Researcher``, ``researcher.run``),
    the name its manager gave it (smolagents lists its managed agents' names on the manager's run),
    else the class that ran it (``CodeAgent``, from ``CodeAgent.run``);
-4. the graph node the span ran in (OpenInference ``graph.node.id``, LangGraph's ``langgraph_node``),
-   on the span or an ancestor;
+4. the graph node the span ran in (OpenInference ``graph.node.id``, LangGraph's ``langgraph_node``,
+   LlamaIndex's ``current_agent_name``), on the span or an ancestor, else on the latest earlier
+   sibling of either (a flat workflow's steps, the agent its last step named);
 5. for a model call outside every agent span, the agent its system prompt opens by addressing ("You
    are X." / "Your name is X": the app's configuration of that agent, the only identity a client-only
    trace has).
@@ -23,6 +24,7 @@ counts it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterable, Sequence
@@ -77,6 +79,7 @@ class AgentResolver:
         self.graph = graph
         self._agent_names: dict[bytes, str | None] = {}
         self._enclosing: dict[bytes, SpanView | None] = {}
+        self._sibling_hints: dict[bytes, list[tuple[int, str]]] = {}
 
     @functools.cached_property
     def known(self) -> dict[str, None]:
@@ -166,12 +169,34 @@ class AgentResolver:
         return stated[0] if len(stated) == 1 else None
 
     def hint(self, view: SpanView) -> str | None:
-        """The graph node the span ran in, from the span or its nearest ancestor that says."""
-        for candidate in (view, *self.graph.ancestors(view)):
+        """The graph node or workflow agent the span ran in: from the span or its nearest ancestor
+        that says; else, in a flat workflow whose steps are siblings (LlamaIndex's ``AgentWorkflow``),
+        the one the latest earlier sibling of the span, or of its nearest ancestor, names."""
+        lineage = (view, *self.graph.ancestors(view))
+        for candidate in lineage:
             found = first(self.conventions, "agent_hint", candidate)
             if found:
                 return found
+        for candidate in lineage:
+            found = self._preceding_hint(candidate)
+            if found:
+                return found
         return None
+
+    def _preceding_hint(self, view: SpanView) -> str | None:
+        parent = self.graph.parent(view)
+        if parent is None:
+            return None
+        if parent.span_id not in self._sibling_hints:
+            named = [
+                (child.span.start_time_unix_nano, found)
+                for child in self.graph.children.get(parent.span_id, [])
+                if (found := first(self.conventions, "agent_hint", child))
+            ]
+            self._sibling_hints[parent.span_id] = sorted(named)
+        named = self._sibling_hints[parent.span_id]
+        position = bisect.bisect_left(named, (view.span.start_time_unix_nano, ""))
+        return named[position - 1][1] if position else None
 
     def runs_apart(self, view: SpanView, node: str | None) -> bool:
         """An LLM span inside an agent span that ran in a graph node (``node``, its :meth:`hint`) of

@@ -139,10 +139,12 @@ def _task_view(graph: TraceGraph, root: SpanView | None) -> SpanView | None:
 
 
 def _outcome(
-    task_view: SpanView | None, root: SpanView | None, resolver: AgentResolver
+    task_view: SpanView | None, root: SpanView | None, resolver: AgentResolver, step_failed: bool
 ) -> tuple[Outcome, str | None]:
     """Declared by the task attributes; else the root span's status or exception; else a failure when
-    the outermost agent run ended in an error (its status or an exception event)."""
+    the outermost agent run ended in an error (its status or an exception event). A root whose status
+    is OK is a success only when no step below it failed: OpenInference and OpenLLMetry set OK on
+    every span that returned, so over a failed tool call it says only that the run went on."""
     attrs = task_view.attributes if task_view is not None else {}
     declared = text(attrs.get(sc.TASK_OUTCOME)).lower()
     reason = text(attrs.get(sc.TASK_OUTCOME_REASON)) or None
@@ -155,7 +157,7 @@ def _outcome(
         exception = _exception_text(root.span)
         if exception:
             return Outcome.FAILURE, reason or exception
-        if status.code == Status.STATUS_CODE_OK:
+        if status.code == Status.STATUS_CODE_OK and not step_failed:
             return Outcome.SUCCESS, reason
     top_agent = resolver.top_agent
     if top_agent is not None and top_agent is not root:
@@ -321,7 +323,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
 
     step_of = {item.view.span_id: position for position, item in enumerate(found)}
     task_view = _task_view(graph, root)
-    outcome, reason = _outcome(task_view, root, resolver)
+    outcome, reason = _outcome(task_view, root, resolver, any(step.is_error for step in steps))
     trajectory = Trajectory(
         task=_task(graph, root, task_view, resolver, steps),
         steps=steps,

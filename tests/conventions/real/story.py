@@ -83,6 +83,9 @@ def is_tool_call(span: ReadableSpan) -> bool:
     return (
         attributes.get(sc.OPENINFERENCE_SPAN_KIND) == sc.OPENINFERENCE_KIND_TOOL
         or attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OP_EXECUTE_TOOL
+        or attributes.get(sc.TRACELOOP_SPAN_KIND) == sc.TRACELOOP_KIND_TOOL
+        # OpenLLMetry's LlamaIndex workflow step that called a tool
+        or (attributes.get(sc.TRACELOOP_SPAN_KIND) == sc.TRACELOOP_KIND_TASK and "tool.name" in attributes)
     )
 
 
