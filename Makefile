@@ -70,8 +70,8 @@ $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 test-crewai: $(CREWAI_STAMP)
 	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
 
-# Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why): their real-package
-# tests (tests/conventions/real/frameworks_env) run in one environment of their own.
+# Strands, Google ADK, LlamaIndex and Semantic Kernel cannot share .venv either (constraints-frameworks.txt says
+# why): their real-package tests (tests/conventions/real/frameworks_env) run in one environment of their own.
 FRAMEWORKS_VENV ?= .venv-frameworks
 FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.installed
 FRAMEWORKS_TESTS := tests/conventions/real/frameworks_env

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -107,9 +108,27 @@ def blame_through_processor(processor, downstream: RecordingOTLPSink, spans: lis
     }
 
 
-def send_then_verdict(processor, downstream: RecordingOTLPSink, spans: list[ReadableSpan]) -> dict:  # noqa: ANN001
-    """A run that only turned out wrong afterwards: send its spans, let the trace complete, then
-    send the late verdict (as ``otel-blame verdict`` does). The processor's answer."""
+def send_logs(processor, records: list) -> None:  # noqa: ANN001
+    """Send log records (content some frameworks log instead of putting it on spans) to the processor
+    over OTLP/gRPC, before their spans, as an app's log pipeline would."""
+    exporter = OTLPLogExporter(endpoint=processor.grpc_endpoint, insecure=True)
+    try:
+        assert exporter.export(records).name == "SUCCESS"  # LogExportResult, or LogRecordExportResult
+    finally:
+        exporter.shutdown()
+
+
+def send_then_verdict(
+    processor,  # noqa: ANN001
+    downstream: RecordingOTLPSink,
+    spans: list[ReadableSpan],
+    logs: list | None = None,
+) -> dict:
+    """A run that only turned out wrong afterwards: send its spans (its log records first, if any),
+    let the trace complete, then send the late verdict (as ``otel-blame verdict`` does). The
+    processor's answer."""
+    if logs:
+        send_logs(processor, logs)
     exporter = OTLPSpanExporter(endpoint=processor.grpc_endpoint, insecure=True)
     try:
         assert exporter.export(spans) == SpanExportResult.SUCCESS
