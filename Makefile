@@ -64,11 +64,14 @@ CREWAI_STAMP := $(CREWAI_VENV)/.installed
 $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 	$(PYTHON) -m venv $(CREWAI_VENV)
 	$(CREWAI_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai]'
+	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai,crewai-tests]'
 	touch $(CREWAI_STAMP)
 
+CREWAI_CONVENTIONS_TESTS := tests/conventions/real/crewai_env
+
 test-crewai: $(CREWAI_STAMP)
-	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
+	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py \
+		$(CREWAI_CONVENTIONS_TESTS)
 
 # Strands, Google ADK, LlamaIndex and Semantic Kernel cannot share .venv either (constraints-frameworks.txt says
 # why): their real-package tests (tests/conventions/real/frameworks_env) run in one environment of their own.
@@ -104,7 +107,7 @@ test-openai-agents-v2: $(OPENAI_AGENTS_V2_STAMP)
 
 test: $(STAMP) lint e2e-components system-packages test-crewai test-frameworks test-openai-agents-v2
 	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py \
-		$(addprefix --ignore=,$(FRAMEWORKS_TESTS) $(OPENAI_AGENTS_V2_TESTS))
+		$(addprefix --ignore=,$(FRAMEWORKS_TESTS) $(OPENAI_AGENTS_V2_TESTS) $(CREWAI_CONVENTIONS_TESTS))
 
 clean:
 	rm -rf $(VENV) $(CREWAI_VENV) $(FRAMEWORKS_VENV) $(OPENAI_AGENTS_V2_DIR) .pytest_cache .ruff_cache *.egg-info

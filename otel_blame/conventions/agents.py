@@ -2,10 +2,12 @@
 
 Best first:
 1. an attribute naming the agent on the step's span (``gen_ai.agent.name``, ``agent.name``), unless it
-   is a stamp: a name no agent span of the trace carries, on a span inside an agent span that names
-   itself (contrib's ``opentelemetry-instrumentation-openai-agents-v2`` writes its configured
+   is a stamp: a name no agent span of the trace carries, claimed inside agent spans of two or more
+   other names (contrib's ``opentelemetry-instrumentation-openai-agents-v2`` writes its configured
    ``OpenAI Agent`` on every model and tool span, whichever agent made the call);
-2. for a model call that ran in another graph node than its enclosing agent span, that node;
+2. for a model call that ran in another graph node than its enclosing agent span, that node; for a
+   step inside a tool that hands the work to another agent (CrewAI's delegation tools, which name
+   it as their ``coworker`` argument), that agent;
 3. the agent span the step ran in (the span itself, or its nearest agent ancestor): its name
    attribute, the name its span name carries (``invoke_agent Researcher``, ``researcher.run``),
    the name its manager gave it (smolagents lists its managed agents' names on the manager's run),
@@ -31,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .model import Convention, Kind, SpanView, TraceGraph
+from .ours import is_declared_step
+from .text import maybe_json
 
 # "You are Researcher." / "You are the Coder, ..." / "Your name is Ada", as the prompt's opening words
 _NAMED_IN_PROMPT = re.compile(
@@ -39,6 +43,9 @@ _NAMED_IN_PROMPT = re.compile(
 # Span names that name code, not an agent: dotted or called methods, operation names.
 _METHOD_LIKE = re.compile(r"[.()]|^(chat|invoke_agent|execute_tool|text_completion)\b")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w-]{0,63}$")
+# a tool argument naming the agent the tool runs (CrewAI's "Delegate work to coworker" and "Ask question to
+# coworker")
+DELEGATION_ARGUMENTS = ("coworker",)
 
 
 def first(conventions: Sequence[Convention], ask: str, view: SpanView) -> Any:
@@ -80,6 +87,7 @@ class AgentResolver:
         self._agent_names: dict[bytes, str | None] = {}
         self._enclosing: dict[bytes, SpanView | None] = {}
         self._sibling_hints: dict[bytes, list[tuple[int, str]]] = {}
+        self._delegations: dict[bytes, str | None] = {}
 
     @functools.cached_property
     def known(self) -> dict[str, None]:
@@ -122,13 +130,42 @@ class AgentResolver:
             if view.kind == Kind.AGENT and (name := self.agent_span_name(view))
         )
 
+    @functools.cached_property
+    def _claimed_inside(self) -> dict[str, set[str]]:
+        """For each agent name a model or tool span claims, the names of the agent spans it is claimed
+        inside."""
+        found: dict[str, set[str]] = {}
+        for view in self.graph.views:
+            if view.kind in (None, Kind.AGENT) or is_declared_step(view):
+                continue
+            name = first(self.conventions, "agent_name", view)
+            agent = self.enclosing_agent(view) if name else None
+            inside = self.agent_span_name(agent) if agent is not None else None
+            if name and inside:
+                found.setdefault(name, set()).add(inside)
+        return found
+
     def stamped(self, view: SpanView, name: str) -> bool:
         """Whether the agent name on a model or tool span is a stamp, not its agent: no agent span of the
-        trace carries it, and the span runs inside an agent span that names itself."""
-        if view.kind == Kind.AGENT or name in self.agent_span_names:
+        trace carries it, and spans claim it inside agent spans of two or more other names (an
+        instrumentation's configured name on every call, whichever agent made it). A numbered step of
+        otel-blame's own instrumentation names its agent, always."""
+        if view.kind == Kind.AGENT or name in self.agent_span_names or is_declared_step(view):
             return False
-        agent = self.enclosing_agent(view)
-        return agent is not None and bool(self.agent_span_name(agent))
+        return len(self._claimed_inside.get(name, set()) - {name}) >= 2
+
+    def delegated_to(self, view: SpanView) -> str | None:
+        """The agent a tool span runs inside it: the coworker a delegation tool's arguments name."""
+        if view.kind != Kind.TOOL:
+            return None
+        if view.span_id not in self._delegations:
+            arguments = maybe_json(first(self.conventions, "tool_arguments", view))
+            if not isinstance(arguments, dict):
+                arguments = {}
+            named = [arguments.get(key) for key in DELEGATION_ARGUMENTS]
+            found = next((name.strip() for name in named if isinstance(name, str)), "")
+            self._delegations[view.span_id] = found if _IDENTIFIER.match(found.replace(" ", "_")) else None
+        return self._delegations[view.span_id]
 
     def owner(self, view: SpanView) -> SpanView | None:
         """The agent span a step ran in: the span itself when it is one, else its nearest agent ancestor."""
@@ -219,6 +256,10 @@ class AgentResolver:
             return node
         inside_agent = False
         for candidate in (view, *self.graph.ancestors(view)):
+            if candidate is not view and candidate.kind == Kind.TOOL:
+                found = self.delegated_to(candidate)
+                if found:
+                    return found
             if candidate.kind == Kind.AGENT:
                 inside_agent = True
                 found = self.agent_span_name(candidate)

@@ -361,10 +361,11 @@ def _declared_steps(graph: TraceGraph) -> list[_Found]:
     return found
 
 
-def _below_agent(graph: TraceGraph, view: SpanView) -> Iterator[SpanView]:
-    """The span's ancestors up to (not including) the nearest agent span."""
+def _below_agent(graph: TraceGraph, view: SpanView, resolver: AgentResolver) -> Iterator[SpanView]:
+    """The span's ancestors up to (not including) the nearest agent span, or tool span that runs
+    another agent (a delegation: what runs inside it is that agent's, not the tool's own work)."""
     for ancestor in graph.ancestors(view):
-        if ancestor.kind == Kind.AGENT:
+        if ancestor.kind == Kind.AGENT or resolver.delegated_to(ancestor):
             return
         yield ancestor
 
@@ -382,7 +383,7 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
     for view in graph.views:
         if view.kind not in _STEP_KINDS or (view is root and view.kind != Kind.AGENT):
             continue
-        enclosing = list(_below_agent(graph, view))
+        enclosing = list(_below_agent(graph, view, resolver))
         if view.kind == Kind.LLM:
             if any(a.kind in (Kind.LLM, Kind.TOOL, Kind.CODE) for a in enclosing):
                 continue  # the outer LLM span's call seen again, or a tool's own model call
@@ -411,8 +412,8 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         content, role = _content(view)
         if own and not content:
             continue  # its tools speak for it
-        if not own and not content and any(d.kind == Kind.AGENT for d in graph.descendants(view)):
-            continue  # a container of other agents, not a message of its own
+        if not own and _container_repeating(graph, view, content, found):
+            continue  # a container of other agents (a crew's task), not a message of its own
         # an agent's message that carries its tools' output (AG2 replies with the execution result)
         # is the step; the tool steps it carries say nothing new, but their errors mark it
         carried = [item for item in own if item.content.strip() and item.content.strip() in content]
@@ -427,6 +428,19 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         item.at_end = item.at_end or item.view.span_id in enclosing_ids
     found.sort(key=lambda item: _order_by_time(item.view, item.at_end))
     return found
+
+
+def _container_repeating(graph: TraceGraph, view: SpanView, content: str, found: list[_Found]) -> bool:
+    """An agent span around other agent spans that says nothing, or only what a step below it said
+    (OpenLLMetry's CrewAI task span, an ``invoke_agent`` reporting its agent's last answer)."""
+    below = {d.span_id for d in graph.descendants(view) if d.kind == Kind.AGENT}
+    if not below:
+        return False
+    said = content.strip()
+    if not said:
+        return True
+    inside = {d.span_id for d in graph.descendants(view)}
+    return any(said in item.content for item in found if item.view.span_id in inside)
 
 
 def _group_results(graph: TraceGraph, found: list[_Found]) -> list[_Found]:
