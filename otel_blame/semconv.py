@@ -130,6 +130,7 @@ OPENINFERENCE_KIND_CHAIN = "CHAIN"
 TRACELOOP_KIND_AGENT = "agent"
 TRACELOOP_KIND_TOOL = "tool"
 TRACELOOP_KIND_WORKFLOW = "workflow"
+TRACELOOP_KIND_TASK = "task"
 # OpenLLMetry's indexed prompt/completion attributes: gen_ai.completion.{i}.content / .role
 OPENLLMETRY_COMPLETION_PREFIX = "gen_ai.completion."
 OPENLLMETRY_PROMPT_PREFIX = "gen_ai.prompt."
