@@ -14,7 +14,8 @@ the oldest similar pattern of its signature, in the order the runs come):
   ``otel-blame inject`` campaign): each run's saved trajectory attributed by the offline default and
   grouped per app; the label is the planted fault kind.
 
-The baseline on the same runs is today's only grouping: by (workflow, blamed agent). Verdicts of
+The baseline on the same runs is today's only grouping (``otel-blame top``, ``RepeatedCulpritAgent``):
+by (service, blamed agent), the service being an AEGIS run's system shape and a zoo run's app. Verdicts of
 AEGIS are cached (``--verdicts FILE``: read when it exists, else written), so changing the grouping
 does not re-attribute 7,626 runs.
 
@@ -47,10 +48,11 @@ from otel_blame.trajectory import Trajectory
 class Grouped:
     """One run: its pattern, its baseline group, whether its verdict was decided, and its labels."""
 
-    pattern: str
+    pattern: Hashable
     by_agent: Hashable
     decided: bool
     labels: dict[str, str]
+    in_pattern: bool = True  # False: in its workflow's undecided group
 
 
 def purity(groups: Sequence[Hashable], labels: Sequence[str]) -> float:
@@ -79,10 +81,13 @@ def nmi(groups: Sequence[Hashable], labels: Sequence[str]) -> float:
     return mutual / mean if mean > 0 else 1.0
 
 
-def assign(index: PatternIndex, service: str, workflow: str, trajectory: Trajectory, verdict: Attribution):
+def assign(
+    index: PatternIndex, service: str, workflow: str, trajectory: Trajectory, verdict: Attribution
+) -> tuple[str, bool]:
+    """The run's pattern id, and whether it is a pattern (not its workflow's undecided group)."""
     cause = cause_of(service, workflow, trajectory, verdict)
     known, _ = index.assign(cause, 0.0)
-    return known.id, cause
+    return known.id, not cause.undecided
 
 
 # --- AEGIS -----------------------------------------------------------------------------------------
@@ -126,7 +131,7 @@ def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> li
     out = []
     for run in runs:
         verdict = describe_failure(run.trajectory, verdicts[run.line])
-        pattern, _ = assign(index, "aegis", run.shape, run.trajectory, verdict)
+        pattern, in_pattern = assign(index, "aegis", run.shape, run.trajectory, verdict)
         mode = aegis_label(run, verdict.agent)
         out.append(
             Grouped(
@@ -134,6 +139,7 @@ def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> li
                 (run.shape, verdict.agent),
                 verdict.decided,
                 {"group": mode_group(mode), "mode": mode},
+                in_pattern,
             )
         )
     return out
@@ -143,7 +149,8 @@ def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> li
 
 
 def group_zoo(folder: Path, similarity: float) -> dict[str, list[Grouped]]:
-    """Per app folder (``DIR/<app>/``): its labelled runs attributed by the offline default, grouped."""
+    """Per app folder (``DIR/<app>/``): its labelled runs attributed by the offline default, grouped
+    (pattern ids are per campaign: ``DIR`` names them)."""
     from otel_blame.inject.dataset import SUBSET
 
     method = create_method("heuristic")
@@ -156,9 +163,11 @@ def group_zoo(folder: Path, similarity: float) -> dict[str, list[Grouped]]:
             trajectory = Trajectory.model_validate(raw["trajectory"])
             verdict = describe_failure(trajectory, method.attribute(trajectory))
             workflow = trajectory.task.workflow or trajectory.task.name
-            pattern, _ = assign(index, app_dir.name, workflow, trajectory, verdict)
+            pattern, in_pattern = assign(index, app_dir.name, workflow, trajectory, verdict)
             label = str(raw.get("fault_kind") or "unknown")
-            grouped.append(Grouped(pattern, (workflow, verdict.agent), verdict.decided, {"fault": label}))
+            grouped.append(
+                Grouped((str(folder), pattern), verdict.agent, verdict.decided, {"fault": label}, in_pattern)
+            )
         if grouped:
             out[app_dir.name] = grouped
     return out
@@ -209,7 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--verdicts", type=Path, default=None, help="cache of the AEGIS verdicts (JSON lines)"
     )
-    parser.add_argument("--zoo", type=Path, default=None, help="bench/zoo.py --data-dir folder")
+    parser.add_argument(
+        "--zoo", type=Path, nargs="*", default=[], help="bench/zoo.py --data-dir folders (campaigns)"
+    )
     parser.add_argument("--similarity", type=float, nargs="+", default=[DEFAULT_SIMILARITY])
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args(argv)
@@ -228,31 +239,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         for similarity in args.similarity:
             rows = group_aegis(runs, verdicts, similarity)
             decided = [row for row in rows if row.decided]
+            patterned = [row for row in rows if row.in_pattern]
             print(f"\nAEGIS, similarity {similarity:g} (label: the MAST group / the mode)\n{header}")
             for name, subset, label in (
-                ("all runs, MAST group", rows, "group"),
-                ("all runs, mode", rows, "mode"),
+                ("runs in patterns, MAST group", patterned, "group"),
+                ("runs in patterns, mode", patterned, "mode"),
                 ("decided runs, MAST group", decided, "group"),
                 ("decided runs, mode", decided, "mode"),
+                ("all runs (undecided groups too), MAST group", rows, "group"),
+                ("all runs (undecided groups too), mode", rows, "mode"),
             ):
                 result = scores(subset, label)
                 figures[f"aegis/{similarity:g}/{name}"] = result
                 print(row_text(name, result))
-    if args.zoo is not None:
+    if args.zoo:
         for similarity in args.similarity:
-            apps = group_zoo(args.zoo, similarity)
+            apps: dict[str, list[Grouped]] = {}
+            for folder in args.zoo:  # one campaign's runs per app, grouped on their own
+                for app, rows in group_zoo(folder, similarity).items():
+                    apps.setdefault(app, []).extend(rows)
             print(f"\nzoo, similarity {similarity:g} (label: the planted fault kind)\n{header}")
             everything: list[Grouped] = []
             for app, rows in apps.items():
-                result = scores(rows, "fault")
+                result = scores([r for r in rows if r.in_pattern], "fault")
                 figures[f"zoo/{similarity:g}/{app}"] = result
-                print(row_text(app, result))
+                print(row_text(f"{app}, runs in patterns", result))
                 everything += [
-                    Grouped((app, r.pattern), (app, r.by_agent), r.decided, r.labels) for r in rows
+                    Grouped((app, r.pattern), (app, r.by_agent), r.decided, r.labels, r.in_pattern)
+                    for r in rows
                 ]
-            result = scores(everything, "fault")
-            figures[f"zoo/{similarity:g}/all apps"] = result
-            print(row_text("all apps", result))
+            for name, subset in (
+                ("all apps, runs in patterns", [r for r in everything if r.in_pattern]),
+                ("all apps, decided runs", [r for r in everything if r.decided]),
+                ("all apps, all runs (undecided groups too)", everything),
+            ):
+                result = scores(subset, "fault")
+                figures[f"zoo/{similarity:g}/{name}"] = result
+                print(row_text(name, result))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
     return 0

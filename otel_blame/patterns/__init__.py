@@ -8,6 +8,7 @@ the blame store, the CLI and the benchmarks all group through this package.
 from otel_blame.patterns.cause import (
     KIND_CAUSE,
     KIND_UNDECIDED,
+    OTHER_REASONS,
     Cause,
     Signature,
     action_of,
@@ -18,10 +19,26 @@ from otel_blame.patterns.cause import (
     role_of,
     undecided_id,
 )
-from otel_blame.patterns.index import DEFAULT_SIMILARITY, Known, PatternIndex
+from otel_blame.patterns.index import DEFAULT_MAX_PER_SIGNATURE, DEFAULT_SIMILARITY, Known, PatternIndex
+from otel_blame.patterns.report import (
+    PatternDefinition,
+    PatternExample,
+    PatternReport,
+    PatternRun,
+    PatternSummary,
+    build_report,
+)
 
 __all__ = [
+    "DEFAULT_MAX_PER_SIGNATURE",
     "DEFAULT_SIMILARITY",
+    "OTHER_REASONS",
+    "PatternDefinition",
+    "PatternExample",
+    "PatternReport",
+    "PatternRun",
+    "PatternSummary",
+    "build_report",
     "KIND_CAUSE",
     "KIND_UNDECIDED",
     "Cause",

@@ -97,6 +97,12 @@ class Signature:
             separators=(",", ":"),
         )
 
+    @classmethod
+    def from_key(cls, key: str) -> Signature:
+        """The signature :meth:`key` wrote."""
+        service, workflow, category, dependency, role, mode, action, decided = json.loads(key)
+        return cls(service, workflow, category, dependency, role, mode, action, bool(decided))
+
 
 @dataclass(frozen=True, slots=True)
 class Cause:
@@ -116,6 +122,9 @@ class Cause:
         if self.undecided:
             return undecided_id(self.signature.service, self.signature.workflow)
         return pattern_id(self.signature, self.gist)
+
+
+OTHER_REASONS = "*"  # the gist of a signature's overflow pattern: reasons past the bound on its patterns
 
 
 def _digest(text: str) -> str:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
-from otel_blame.patterns.cause import Cause, Signature
+from otel_blame.patterns.cause import OTHER_REASONS, Cause, Signature, pattern_id
 
 DEFAULT_SIMILARITY = 90.0
+DEFAULT_MAX_PER_SIGNATURE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +34,25 @@ class Known:
 class PatternIndex:
     """Known patterns per signature, oldest first. Thread-safe."""
 
-    def __init__(self, similarity: float = DEFAULT_SIMILARITY) -> None:
+    def __init__(
+        self, similarity: float = DEFAULT_SIMILARITY, max_per_signature: int = DEFAULT_MAX_PER_SIGNATURE
+    ) -> None:
         if not 0 < similarity <= 100:
             raise ValueError(f"similarity {similarity}: expected more than 0 and at most 100")
+        if max_per_signature < 1:
+            raise ValueError(f"max_per_signature {max_per_signature}: expected at least 1")
         self.similarity = similarity
+        self.max_per_signature = max_per_signature
         self._by_signature: dict[str, list[Known]] = {}
         self._exact: dict[tuple[str, str], Known] = {}
-        self._ids: set[str] = set()
+        self._by_id: dict[str, Known] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._by_id)
 
     def __contains__(self, pattern_id: str) -> bool:
-        return pattern_id in self._ids
+        return pattern_id in self._by_id
 
     def find(self, cause: Cause) -> Known | None:
         """The oldest known pattern of the cause's signature whose gist is similar enough, or None."""
@@ -57,9 +63,22 @@ class PatternIndex:
                 return exact
             known = list(self._by_signature.get(key, ()))
         for pattern in known:  # oldest first: the first similar one is the answer
-            if self.similar(cause.gist, pattern.gist):
+            if pattern.gist != OTHER_REASONS and self.similar(cause.gist, pattern.gist):
                 return pattern
         return None
+
+    def count(self, signature: Signature) -> int:
+        """How many patterns the signature has."""
+        with self._lock:
+            return len(self._by_signature.get(signature.key(), ()))
+
+    def opening(self, cause: Cause, at: float) -> Known:
+        """The pattern a cause no known pattern takes opens: its own, or once its signature has
+        ``max_per_signature`` patterns, the signature's *other reasons* pattern (so reasons that never
+        repeat, as an LLM's may not, cannot grow the patterns without bound)."""
+        if self.count(cause.signature) >= self.max_per_signature:
+            return Known(pattern_id(cause.signature, OTHER_REASONS), OTHER_REASONS, at)
+        return Known(cause.candidate_id(), cause.gist, at)
 
     def similar(self, gist: str, other: str) -> bool:
         if gist == other:
@@ -70,9 +89,9 @@ class PatternIndex:
         """A pattern, in the order patterns were opened (a known id is not added twice)."""
         key = signature.key()
         with self._lock:
-            if known.id in self._ids:
+            if known.id in self._by_id:
                 return
-            self._ids.add(known.id)
+            self._by_id[known.id] = known
             self._by_signature.setdefault(key, []).append(known)
             self._exact.setdefault((key, known.gist), known)
 
@@ -85,6 +104,12 @@ class PatternIndex:
         found = self.find(cause)
         if found is not None:
             return found, False
-        opened = Known(cause.candidate_id(), cause.gist, at)
+        opened = self.opening(cause, at)
+        if opened.id in self:  # the signature's other-reasons pattern, opened before
+            return self.get(opened.id) or opened, False
         self.add(cause.signature, opened)
         return opened, True
+
+    def get(self, pattern_id: str) -> Known | None:
+        with self._lock:
+            return self._by_id.get(pattern_id)
