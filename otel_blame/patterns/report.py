@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from otel_blame.patterns.cause import KIND_CAUSE, KIND_UNDECIDED, OTHER_REASONS, Cause
+from otel_blame.patterns.cause import KIND_CAUSE, KIND_UNDECIDED, OTHER_REASONS, Cause, Signature
 from otel_blame.patterns.index import Known
 
 EXAMPLES = 3  # example runs a pattern shows, newest first
@@ -39,10 +39,15 @@ class PatternDefinition(_Model):
     @classmethod
     def of(cls, known: Known, cause: Cause) -> PatternDefinition:
         """The definition of the pattern ``known`` that ``cause`` fell into (same signature)."""
-        signature = cause.signature
+        return cls.from_signature(known.id, cause.signature, cause.kind, known.gist, known.first_seen)
+
+    @classmethod
+    def from_signature(
+        cls, pattern_id: str, signature: Signature, kind: str, gist: str, first_seen: float | None
+    ) -> PatternDefinition:
         return cls(
-            id=known.id,
-            kind=cause.kind,
+            id=pattern_id,
+            kind=kind,
             service=signature.service,
             workflow=signature.workflow,
             category=signature.category,
@@ -51,8 +56,20 @@ class PatternDefinition(_Model):
             failure_mode=signature.failure_mode,
             action=signature.action,
             decided=signature.decided,
-            gist=known.gist,
-            first_seen=known.first_seen,
+            gist=gist,
+            first_seen=first_seen,
+        )
+
+    def signature(self) -> Signature:
+        return Signature(
+            self.service,
+            self.workflow,
+            self.category,
+            self.dependency,
+            self.role,
+            self.failure_mode,
+            self.action,
+            self.decided,
         )
 
     @property
