@@ -551,6 +551,34 @@ class BlameStore:
                     found[row[0]] = definition_of(*row)
         return found
 
+    def pattern_runs(
+        self, since: float, until: float
+    ) -> tuple[list[PatternRun], dict[str, PatternDefinition], list[StoredRun]]:
+        """The processor's failures of the window as the patterns report counts them, the definitions
+        of their patterns, and the failures kept before patterns existed (no pattern; whole records)."""
+        self._ensure_schema()
+        in_window = (
+            failures.c.attributed_at_ms >= int(since * 1000),
+            failures.c.attributed_at_ms <= int(until * 1000),
+            failures.c.source == "",
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(
+                    failures.c.trace_id,
+                    failures.c.pattern,
+                    failures.c.agent,
+                    failures.c.attributed_at_ms,
+                    failures.c.decided,
+                ).where(*in_window, failures.c.pattern.is_not(None))
+            ).all()
+            older = connection.execute(
+                select(failures.c.record).where(*in_window, failures.c.pattern.is_(None))
+            ).scalars()
+            unpatterned = [StoredRun.model_validate_json(record) for record in older]
+        runs = [PatternRun(row[0], row[1], row[2], row[3] / 1000, bool(row[4])) for row in rows]
+        return runs, self.pattern_definitions(sorted({run.pattern for run in runs})), unpatterned
+
     def patterns(
         self,
         window_seconds: float,
@@ -561,43 +589,30 @@ class BlameStore:
     ) -> PatternReport:
         """The failure patterns of the window, most runs first, with their runs per bucket, the agents
         and dependencies they span and example runs; the workflows' undecided groups apart, with the
-        candidates of their example runs. Files attributed in the UI are not counted."""
-        self._ensure_schema()
+        candidates of their example runs. Files attributed in the UI, and failures kept before
+        patterns existed, are not counted (``otel-blame patterns`` groups those too)."""
         until = time.time() if now is None else now
         since = until - window_seconds
-        with self.engine.connect() as connection:
-            rows = connection.execute(
-                select(
-                    failures.c.trace_id,
-                    failures.c.pattern,
-                    failures.c.agent,
-                    failures.c.attributed_at_ms,
-                    failures.c.decided,
-                ).where(
-                    failures.c.attributed_at_ms >= int(since * 1000),
-                    failures.c.attributed_at_ms <= int(until * 1000),
-                    failures.c.source == "",
-                    failures.c.pattern.is_not(None),
-                )
-            ).all()
-        runs = [PatternRun(row[0], row[1], row[2], row[3] / 1000, bool(row[4])) for row in rows]
-        definitions = self.pattern_definitions(sorted({run.pattern for run in runs}))
+        runs, definitions, _ = self.pattern_runs(since, until)
         report = build_report(runs, definitions, since=since, until=until, buckets=buckets, limit=limit)
-        examples = [example.trace_id for group in report.undecided for example in group.examples]
-        if examples:
-            with self.engine.connect() as connection:
-                records = dict(
-                    connection.execute(
-                        select(failures.c.trace_id, failures.c.record).where(
-                            failures.c.trace_id.in_(examples)
-                        )
-                    ).all()
-                )
-            for group in report.undecided:
-                for example in group.examples:
-                    if example.trace_id in records:
-                        example.candidates = list(_candidates(records[example.trace_id]))
+        self.add_candidates(report)
         return report
+
+    def add_candidates(self, report: PatternReport) -> None:
+        """The suspects of the undecided groups' example runs, read from their records."""
+        examples = [example.trace_id for group in report.undecided for example in group.examples]
+        if not examples:
+            return
+        with self.engine.connect() as connection:
+            records = dict(
+                connection.execute(
+                    select(failures.c.trace_id, failures.c.record).where(failures.c.trace_id.in_(examples))
+                ).all()
+            )
+        for group in report.undecided:
+            for example in group.examples:
+                if example.trace_id in records:
+                    example.candidates = list(_candidates(records[example.trace_id]))
 
     def culprits(
         self,
