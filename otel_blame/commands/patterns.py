@@ -1,7 +1,8 @@
 """``otel-blame patterns DIR|STORE``: the failure patterns of saved traces or of a blame store, offline.
 
 A directory: every file in it (not below) that is a saved run (conversation or OTLP JSON, as
-``otel-blame attribute`` reads) and failed is attributed (by ``--method``; a trace that carries the
+``otel-blame attribute`` reads) and failed is attributed (by ``--method``, default the offline
+ranker, what ``otel-blame serve`` runs; a trace that carries the
 processor's ``blame.*`` keeps that verdict), described and grouped as the processor groups, in the
 order the runs happened. A blame store file (``blame-store.sqlite3``): its failures keep the patterns
 the processor gave them (the ids on their spans); failures kept before patterns existed are grouped
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from otel_blame.attribution.registry import DEFAULT_METHOD, METHOD_NAMES
+from otel_blame.commands.options import build_method, method_option
 from otel_blame.patterns import DEFAULT_SIMILARITY
 
 _MISSING_EXTRA = "otel-blame patterns needs the 'ui' extra: pip install 'otel-blame[ui]'"
@@ -26,13 +27,7 @@ _MISSING_EXTRA = "otel-blame patterns needs the 'ui' extra: pip install 'otel-bl
 @click.command("patterns")
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.option("--since", default=None, help="Only failures of this window: 15m, 1h, 24h, 7d (default: all).")
-@click.option(
-    "--method",
-    default=DEFAULT_METHOD,
-    show_default=True,
-    type=click.Choice(METHOD_NAMES),
-    help="Saved traces: the attribution method (offline ones need no LLM).",
-)
+@method_option
 @click.option(
     "--similarity",
     type=click.FloatRange(0, 100, min_open=True),
@@ -43,7 +38,7 @@ _MISSING_EXTRA = "otel-blame patterns needs the 'ui' extra: pip install 'otel-bl
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Patterns shown.")
 @click.option("--format", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def patterns_command(
-    source: Path, since: str | None, method: str, similarity: float, limit: int, output: str
+    source: Path, since: str | None, method_name: str, similarity: float, limit: int, output: str
 ) -> None:
     """Group the failures of SOURCE (a directory of saved traces, or a blame store file) into failure
     patterns: what keeps breaking, how often, since when."""
@@ -63,6 +58,7 @@ def patterns_command(
             message = f"{since!r}: expected a duration such as 15m, 1h, 24h or 7d"
             raise click.BadParameter(message, param_hint="--since") from None
     if source.is_dir():
+        method = build_method(method_name, None, None, False, None)
         report = _from_traces(source, method, similarity, window, limit)
     else:
         report = _from_store(source, similarity, window, limit)
@@ -139,15 +135,13 @@ def _attribution_of(run):  # noqa: ANN001, ANN202 - a StoredRun
     )
 
 
-def _from_traces(folder: Path, method_name: str, similarity: float, window: float | None, limit: int):  # noqa: ANN202
+def _from_traces(folder: Path, method, similarity: float, window: float | None, limit: int):  # noqa: ANN001, ANN202
     from otel_blame.attribution.decision import blame_decision
-    from otel_blame.attribution.registry import create_method
     from otel_blame.attribution.systemic import describe_failure
     from otel_blame.loaders import TrajectoryFormatError, load_saved_run
     from otel_blame.patterns import PatternDefinition, PatternIndex, PatternRun, build_report, cause_of
     from otel_blame.trajectory import Outcome
 
-    method = create_method(method_name)
     index = PatternIndex(similarity)
     found = []
     skipped = 0
