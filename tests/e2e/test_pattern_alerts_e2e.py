@@ -36,6 +36,7 @@ from otel_blame.store.config import DEFAULT_FILE_NAME
 from otel_blame.store.patterns import StorePatternBook
 from tests.processor.spans import failing_search_run
 from tests.support import RecordingOTLPSink
+from tests.ui.browser import chromium, screenshot
 
 from .harness import (
     ALERTMANAGER_BIN,
@@ -207,6 +208,28 @@ def test_a_new_pattern_reaches_alertmanager_and_the_processor_webhook(
     assert len(own) == 1
     assert (own[0]["pattern"], own[0]["count"], own[0]["workflow"]) == (pattern, 5, WORKFLOW)
     assert len(set(own[0]["trace_ids"])) == 5
+    show_the_alert(prometheus, pattern)
+
+
+def show_the_alert(prometheus: Prometheus, pattern: str) -> None:
+    """Prometheus' own alerts page (the classic one the Debian package ships) in a real Chromium, the
+    firing alert unfolded with its annotations: the docs' screenshot."""
+    from selenium.webdriver.common.by import By
+
+    def body() -> str:
+        return driver.find_element(By.TAG_NAME, "body").text
+
+    with chromium(width=1280, height=900) as driver:
+        driver.get(f"{prometheus.base_url}/classic/alerts")
+        try:
+            wait_until(lambda: NEW in body(), timeout=30, what="the alerts page")
+        except TimeoutError as error:
+            raise AssertionError(f"{error}: {body()[:2000]}") from None
+        driver.find_elements(By.XPATH, f"//*[contains(text(), '{NEW}')]")[0].click()
+        for toggle in driver.find_elements(By.XPATH, "//*[contains(text(), 'Show annotations')]")[:1]:
+            toggle.click()
+        wait_until(lambda: pattern in body(), timeout=30, what="the alert's labels")
+        screenshot(driver, "alert-new-pattern.png")
 
 
 def history_text(pattern: str, now: float) -> str:
