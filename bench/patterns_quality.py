@@ -148,28 +148,27 @@ def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> li
 # --- the zoo ---------------------------------------------------------------------------------------
 
 
-def group_zoo(folder: Path, similarity: float) -> dict[str, list[Grouped]]:
-    """Per app folder (``DIR/<app>/``): its labelled runs attributed by the offline default, grouped
-    (pattern ids are per campaign: ``DIR`` names them)."""
+def group_zoo(folders: Sequence[Path], similarity: float) -> dict[str, list[Grouped]]:
+    """Per app (``DIR/<app>/`` of each campaign folder): its labelled runs attributed by the offline
+    default and grouped, the campaigns in the order given, as one processor would see them."""
     from otel_blame.inject.dataset import SUBSET
 
     method = create_method("heuristic")
+    indexes: dict[str, PatternIndex] = {}
     out: dict[str, list[Grouped]] = {}
-    for app_dir in sorted(p for p in folder.iterdir() if (p / SUBSET).is_dir()):
-        index = PatternIndex(similarity)
-        grouped = []
-        for path in sorted((app_dir / SUBSET).glob("*.json"), key=lambda p: int(p.stem)):
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            trajectory = Trajectory.model_validate(raw["trajectory"])
-            verdict = describe_failure(trajectory, method.attribute(trajectory))
-            workflow = trajectory.task.workflow or trajectory.task.name
-            pattern, in_pattern = assign(index, app_dir.name, workflow, trajectory, verdict)
-            label = str(raw.get("fault_kind") or "unknown")
-            grouped.append(
-                Grouped((str(folder), pattern), verdict.agent, verdict.decided, {"fault": label}, in_pattern)
-            )
-        if grouped:
-            out[app_dir.name] = grouped
+    for folder in folders:
+        for app_dir in sorted(p for p in folder.iterdir() if (p / SUBSET).is_dir()):
+            index = indexes.setdefault(app_dir.name, PatternIndex(similarity))
+            for path in sorted((app_dir / SUBSET).glob("*.json"), key=lambda p: int(p.stem)):
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                trajectory = Trajectory.model_validate(raw["trajectory"])
+                verdict = describe_failure(trajectory, method.attribute(trajectory))
+                workflow = trajectory.task.workflow or trajectory.task.name
+                pattern, in_pattern = assign(index, app_dir.name, workflow, trajectory, verdict)
+                label = str(raw.get("fault_kind") or "unknown")
+                out.setdefault(app_dir.name, []).append(
+                    Grouped(pattern, verdict.agent, verdict.decided, {"fault": label}, in_pattern)
+                )
     return out
 
 
@@ -254,10 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(row_text(name, result))
     if args.zoo:
         for similarity in args.similarity:
-            apps: dict[str, list[Grouped]] = {}
-            for folder in args.zoo:  # one campaign's runs per app, grouped on their own
-                for app, rows in group_zoo(folder, similarity).items():
-                    apps.setdefault(app, []).extend(rows)
+            apps = group_zoo(args.zoo, similarity)
             print(f"\nzoo, similarity {similarity:g} (label: the planted fault kind)\n{header}")
             everything: list[Grouped] = []
             for app, rows in apps.items():
