@@ -11,8 +11,8 @@ The enrich+export stage publishes one :class:`TraceVerdict` per analysed agent t
   plugs in here, with :meth:`BlameProcessor.add_listener` or an extension). A blame is thus on
   disk before its spans leave and their write-ahead log rows are deleted, so a crash at any moment
   loses no blame that reached downstream;
-- *queued* ones, called on the bus thread after that: cross-run counting, repeated-culprit alerting
-  and its webhook.
+- *queued* ones, called on the bus thread after that: cross-run counting, the new-pattern and
+  pattern-surge alerts, repeated-culprit alerting, and their webhook.
 
 The keeping and queued listeners hear only the verdicts that carry a trajectory or a blame (most
 successes carry neither: their outcome is all there is, and the inline listeners count it).
