@@ -117,14 +117,12 @@ def test_a_blame_kept_while_the_book_could_not_write_brings_its_pattern(tmp_path
     store.close()
 
 
-pytest.importorskip("psycopg")
-
-
 def _engine(url: str):  # noqa: ANN202
     return create_engine(url.replace("postgresql://", "postgresql+psycopg://"), pool_pre_ping=True)
 
 
 def test_two_replicas_meeting_new_causes_at_once_open_one_pattern_each(postgres_url: str) -> None:
+    pytest.importorskip("psycopg")
     empty_store_tables(postgres_url)
     books = [StorePatternBook(_engine(postgres_url), similarity=90, max_per_signature=100) for _ in range(2)]
     reasons = [REASONS[i % 3] for i in range(30)] + [OTHER] * 10
