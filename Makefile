@@ -98,15 +98,16 @@ ENV_VENVS :=
 # CrewAI cannot share .venv (constraints-crewai.txt says why).
 CREWAI_VENV ?= .venv-crewai
 $(CREWAI_VENV)/.installed: pyproject.toml constraints-crewai.txt
-	$(call new-venv,$(CREWAI_VENV),constraints-crewai.txt,dev processor crewai)
-CREWAI_TESTS := tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
+	$(call new-venv,$(CREWAI_VENV),constraints-crewai.txt,dev processor crewai crewai-tests)
+CREWAI_TESTS := tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py tests/conventions/real/crewai_env
 test-crewai: $(CREWAI_VENV)/.installed
 	@$(call timed,test-crewai,$(CREWAI_VENV)/bin/$(PYTEST) $(CREWAI_TESTS))
 ENV_TEST_TARGETS += test-crewai
 ENV_TESTS += $(CREWAI_TESTS)
 ENV_VENVS += $(CREWAI_VENV)
 
-# Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why).
+# Strands, Google ADK, LlamaIndex and Semantic Kernel cannot share .venv either (constraints-frameworks.txt
+# says why).
 FRAMEWORKS_VENV ?= .venv-frameworks
 $(FRAMEWORKS_VENV)/.installed: pyproject.toml constraints-frameworks.txt
 	$(call new-venv,$(FRAMEWORKS_VENV),constraints-frameworks.txt,dev processor frameworks-tests)
@@ -116,6 +117,23 @@ test-frameworks: $(FRAMEWORKS_VENV)/.installed
 ENV_TEST_TARGETS += test-frameworks
 ENV_TESTS += $(FRAMEWORKS_TESTS)
 ENV_VENVS += $(FRAMEWORKS_VENV)
+
+# contrib's opentelemetry-instrumentation-openai-agents-v2 installs the same module as OpenLLMetry's
+# opentelemetry-instrumentation-openai-agents (opentelemetry.instrumentation.openai_agents), which .venv has:
+# it is installed alone (its dependencies are .venv's, pinned in constraints.txt) into a directory put first
+# on PYTHONPATH for its tests.
+OPENAI_AGENTS_V2_DIR ?= .venv-openai-agents-v2
+$(OPENAI_AGENTS_V2_DIR)/.installed: $(STAMP) constraints.txt
+	rm -rf $(OPENAI_AGENTS_V2_DIR)
+	@$(call timed,environment $(OPENAI_AGENTS_V2_DIR),$(PY) -m pip install --quiet --no-deps --target $(OPENAI_AGENTS_V2_DIR) \
+		"opentelemetry-instrumentation-openai-agents-v2==$$(sed -n 's/^opentelemetry-instrumentation-openai-agents-v2==//p' constraints.txt)" \
+		&& touch $(OPENAI_AGENTS_V2_DIR)/.installed)
+OPENAI_AGENTS_V2_TESTS := tests/conventions/real/openai_agents_v2_env
+test-openai-agents-v2: $(OPENAI_AGENTS_V2_DIR)/.installed
+	@$(call timed,test-openai-agents-v2,PYTHONPATH=$(OPENAI_AGENTS_V2_DIR) $(VENV)/bin/$(PYTEST) $(OPENAI_AGENTS_V2_TESTS))
+ENV_TEST_TARGETS += test-openai-agents-v2
+ENV_TESTS += $(OPENAI_AGENTS_V2_TESTS)
+ENV_VENVS += $(OPENAI_AGENTS_V2_DIR)
 
 # --- The suite ------------------------------------------------------------------------------------
 # `make test` (what .ci/run calls) runs independent steps at once, on two cores:
