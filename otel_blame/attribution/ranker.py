@@ -28,10 +28,12 @@ from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
+from otel_blame.attribution.agents import AgentRows, agent_rows
 from otel_blame.attribution.base import AttributionError
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.reading import CAUSAL_FEATURES, CausalReading
 from otel_blame.attribution.result import Attribution, Candidate, Cost
+from otel_blame.attribution.roles import Roles, read_roles
 from otel_blame.attribution.signals import SIGNALS, ScoringContext, Signal
 from otel_blame.attribution.systemic import failure_mode, specification_evidence
 from otel_blame.trajectory import StepKind, Trajectory
@@ -56,6 +58,9 @@ STRUCTURE_FEATURES: tuple[str, ...] = (
     "actor",
     "agent_turn",
     "agent_arrival",
+    "copied",
+    "task_giver",
+    "delivers_task",
 )
 # the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
 # enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
@@ -85,6 +90,7 @@ EARLIEST_OF: tuple[str, ...] = (
 )
 EARLIEST_FEATURES: tuple[str, ...] = tuple(f"earliest_{name}" for name in EARLIEST_OF)
 FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES, *EARLIEST_FEATURES)
+_STRUCTURE = frozenset(STRUCTURE_FEATURES)
 
 # what a person reads for the features that point at a step (the strongest contributions first)
 REASONS: dict[str, str] = {
@@ -119,8 +125,56 @@ REASONS.update({f"earliest_{name}": REASONS[name] for name in EARLIEST_OF if nam
 
 
 @dataclass(frozen=True)
+class LinearScorer:
+    """A fitted linear score over named features (standardised by ``mean`` and ``scale``): the agent
+    stage's score of an agent, or the log-odds that a verdict is right."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    bias: float = 0.0
+
+    def score(self, row: dict[str, float]) -> float:
+        total = self.bias
+        for name, weight, mean, scale in zip(self.features, self.weights, self.mean, self.scale, strict=True):
+            total += weight * (row.get(name, 0.0) - mean) / scale
+        return total
+
+    def probability(self, row: dict[str, float]) -> float:
+        """The logistic of the score (for a model of the odds)."""
+        score = self.score(row)
+        return 1.0 / (1.0 + math.exp(-score)) if score > -500 else 0.0
+
+    def contributions(self, row: dict[str, float]) -> list[tuple[float, str]]:
+        parts = zip(self.features, self.weights, self.mean, self.scale, strict=True)
+        return [(weight * (row.get(name, 0.0) - mean) / scale, name) for name, weight, mean, scale in parts]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LinearScorer:
+        return cls(
+            features=tuple(data["features"]),
+            weights=tuple(float(v) for v in data["weights"]),
+            mean=tuple(float(v) for v in data["mean"]),
+            scale=tuple(float(v) for v in data["scale"]),
+            bias=float(data.get("bias", 0.0)),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "features": list(self.features),
+            "weights": [round(v, 6) for v in self.weights],
+            "mean": [round(v, 6) for v in self.mean],
+            "scale": [round(v, 6) for v in self.scale],
+            "bias": round(self.bias, 6),
+        }
+
+
+@dataclass(frozen=True)
 class RankerModel:
-    """The fitted weights (on standardised features), with their centring and scale."""
+    """The fitted weights of the step ranking (on standardised features), with their centring and
+    scale; the agent stage's (``agent``) and the model of a verdict's odds of being right
+    (``correctness``), where fitted."""
 
     features: tuple[str, ...]
     weights: tuple[float, ...]
@@ -128,8 +182,11 @@ class RankerModel:
     scale: tuple[float, ...]
     agent_rule: str = "step"  # "step": the best step's agent; "sum": the agent with the most probability
     trained_on: str = ""
-    # a verdict is decided when its agent's support reaches this (fitted leave-one-dataset-out)
+    # a verdict is decided when its odds of being right (``correctness``; without one, its agent's
+    # support) reach this (chosen out of sample)
     decided_threshold: float = 0.5
+    agent: LinearScorer | None = None
+    correctness: LinearScorer | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> RankerModel:
@@ -141,9 +198,16 @@ class RankerModel:
             agent_rule=str(data.get("agent_rule", "step")),
             trained_on=str(data.get("trained_on", "")),
             decided_threshold=float(data.get("decided_threshold", 0.5)),
+            agent=LinearScorer.from_dict(data["agent"]) if data.get("agent") else None,
+            correctness=LinearScorer.from_dict(data["correctness"]) if data.get("correctness") else None,
         )
 
     def to_dict(self) -> dict:
+        stages = {
+            name: stage.to_dict()
+            for name, stage in (("agent", self.agent), ("correctness", self.correctness))
+            if stage is not None
+        }
         return {
             "features": list(self.features),
             "weights": [round(v, 6) for v in self.weights],
@@ -152,6 +216,7 @@ class RankerModel:
             "agent_rule": self.agent_rule,
             "trained_on": self.trained_on,
             "decided_threshold": self.decided_threshold,
+            **stages,
         }
 
     @classmethod
@@ -209,6 +274,8 @@ class StepRows:
     candidates: list[int]
     rows: list[dict[str, float]]
     reading: CausalReading
+    roles: Roles
+    coordinator: str | None = None  # the agent that directs the others, if any
     whole_lowers: list[str | None] | None = None  # each step's whole text lower-cased, where at hand
 
 
@@ -218,6 +285,7 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
     whole_lowers = context.whole_lowers()  # (lower-cased once, for the reading and the verdict)
     reading = read_causally(trajectory, whole_lowers=whole_lowers)
     graph = reading.graph
+    roles = read_roles(trajectory, graph.texts)
     by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
     steps = trajectory.steps
     candidates = graph.candidates
@@ -258,6 +326,9 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
             "is_error": float(step.is_error),
             "speaker_changed": float(index > 0 and steps[index - 1].agent != step.agent),
             "actor": float(index in context.actor_set),
+            "copied": roles.copied[index],
+            "task_giver": float(step.agent in roles.task_givers),
+            "delivers_task": float(index in roles.delivers_task),
         }
         if step.kind == StepKind.MESSAGE:
             seen.add(step.agent)
@@ -274,7 +345,7 @@ def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = No
         first = next((row for row in rows if row.get(name)), None)
         if first is not None:
             first[f"earliest_{name}"] = 1.0
-    return StepRows(trajectory, candidates, rows, reading, whole_lowers)
+    return StepRows(trajectory, candidates, rows, reading, roles, context.coordinator, whole_lowers)
 
 
 def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
@@ -287,17 +358,24 @@ def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
     return sorted(ranked, key=lambda item: (-item[0], item[1]))
 
 
+def _choosable(rows: StepRows, index: int) -> bool:
+    """Whether a verdict may name this step: not the task as given (the user's question is never the
+    decisive step of an agent's failure)."""
+    return index != rows.reading.graph.task_step
+
+
 def choose(rows: StepRows, ranked: list[tuple[float, int]], agent_rule: str) -> int:
     """The decisive step: the best step, or (``agent_rule`` "sum") the best step of the agent with the
-    most probability over all its steps."""
+    most probability over all its steps (never the task as given, unless nothing else is a candidate)."""
+    usable = [item for item in ranked if _choosable(rows, item[1])] or ranked
     if agent_rule != "sum":
-        return ranked[0][1]
+        return usable[0][1]
     steps = rows.trajectory.steps
     mass: dict[str, float] = {}
-    for probability, index in ranked:
+    for probability, index in usable:
         mass[steps[index].agent] = mass.get(steps[index].agent, 0.0) + probability
-    agent = max(mass, key=lambda name: (mass[name], -next(i for _, i in ranked if steps[i].agent == name)))
-    return next(index for _, index in ranked if steps[index].agent == agent)
+    agent = max(mass, key=lambda name: (mass[name], -next(i for _, i in usable if steps[i].agent == name)))
+    return next(index for _, index in usable if steps[index].agent == agent)
 
 
 def confidence_of(ranked: list[tuple[float, int]], chosen: int) -> float:
@@ -307,18 +385,111 @@ def confidence_of(ranked: list[tuple[float, int]], chosen: int) -> float:
     return round(min(0.95, max(0.05, probability * 0.7 + (probability - runner_up) * 0.3)), 3)
 
 
-def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
-    """The decisive step. A dependency the run never got past starts the failure's path: it is the
-    verdict, whatever the ranking of the agent steps it made victims of; else the ranking decides."""
+@dataclass
+class Judgement:
+    """What the ranker concluded: the decisive step, every candidate agent's probability (best first;
+    empty without an agent stage), and the odds that the named agent is the right one."""
+
+    step: int
+    agents: list[tuple[float, str]]
+    right: float
+    support: dict[str, float]  # what the odds were read from (the correctness model's features)
+
+
+def agent_probabilities(table: AgentRows, scorer: LinearScorer) -> list[tuple[float, str]]:
+    """(probability, agent) for every candidate agent, best first (ties: the earlier agent)."""
+    scores = [scorer.score(row) for row in table.rows]
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    ranked = [(value / total, agent) for value, agent in zip(exps, table.agents, strict=True)]
+    order = {agent: position for position, agent in enumerate(table.agents)}
+    return sorted(ranked, key=lambda item: (-item[0], order[item[1]]))
+
+
+def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> Judgement:
+    """The decisive step and the odds it names the right agent. A dependency the run never got past
+    starts the failure's path: it is the verdict, whatever the ranking of the agent steps it made
+    victims of. Else, with an agent stage, the most probable agent's best step; without one, the
+    step ranking decides (``agent_rule``)."""
+    steps = rows.trajectory.steps
     root = rows.reading.root_dependency()
+    agents: list[tuple[float, str]] = []
+    table = None
+    if model.agent is not None:
+        table = agent_rows(rows, ranked)
+        agents = agent_probabilities(table, model.agent)
     if root is not None and root in rows.candidates:
-        return root
-    return choose(rows, ranked, model.agent_rule)
+        step = root
+    elif table is not None:
+        best = agents[0][1]
+        step = next((index for index in table.steps[best] if _choosable(rows, index)), table.steps[best][0])
+    else:
+        step = choose(rows, ranked, model.agent_rule)
+    support = support_features(rows, ranked, agents, step, dependency=step == root, model=model)
+    if model.correctness is not None:
+        right = model.correctness.probability(support)
+    else:
+        right = support_of(rows, ranked, steps[step].agent)
+    return Judgement(step=step, agents=agents, right=right, support=support)
+
+
+def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
+    """The decisive step (see :func:`judge`)."""
+    return judge(rows, ranked, model).step
+
+
+def support_features(
+    rows: StepRows,
+    ranked: list[tuple[float, int]],
+    agents: list[tuple[float, str]],
+    step: int,
+    *,
+    dependency: bool,
+    model: RankerModel | None = None,
+) -> dict[str, float]:
+    """What a verdict's odds of being right are read from: how far its agent and step stand out in
+    the two rankings, how many agents it was chosen among, and what kind of evidence it rests on."""
+    steps = rows.trajectory.steps
+    agent = steps[step].agent
+    probability = {index: p for p, index in ranked}
+    step_p = probability.get(step, 0.0)
+    runner_up = next((p for p, index in ranked if index != step), 0.0)
+    mass = support_of(rows, ranked, agent)
+    row = rows.rows[rows.candidates.index(step)] if step in rows.candidates else {}
+    evidence = structure = 0.0
+    if row and model is not None:
+        for part, name in model.contributions(row):
+            if name in _STRUCTURE:
+                structure += part
+            else:
+                evidence += part
+    features: dict[str, float] = {
+        "evidence": evidence,
+        "structure": structure,
+        "step_p": step_p,
+        "step_margin": step_p - runner_up,
+        "mass": mass,
+        "agree": float(steps[ranked[0][1]].agent == agent) if ranked else 0.0,
+        "dependency": float(dependency),
+        "error": float(any(row.get(name) for name in ("is_error", "caused_failing_result", "dependency"))),
+        "testified": float(bool(row.get("testified_wrong"))),
+        "steps": math.log1p(len(steps)),
+        "givers": float(bool(rows.roles.task_givers)),
+    }
+    if agents:
+        first = next((p for p, name in agents if name == agent), 0.0)
+        second = next((p for p, name in agents if name != agent), 0.0)
+        features |= {"agent_p": first, "agent_margin": first - second, "agents": 1.0 / len(agents)}
+    else:
+        speakers = {steps[index].agent for index in rows.candidates}
+        features |= {"agent_p": mass, "agent_margin": 0.0, "agents": 1.0 / max(1, len(speakers))}
+    return features
 
 
 def support_of(rows: StepRows, ranked: list[tuple[float, int]], agent: str) -> float:
     """How much of the evidence says this agent, whichever of its steps it was: the share of the
-    ranking's probability on its steps. What ``decided`` is read from."""
+    ranking's probability on its steps."""
     steps = rows.trajectory.steps
     return sum(probability for probability, index in ranked if steps[index].agent == agent)
 
@@ -341,14 +512,14 @@ class RankerAttribution:
             raise AttributionError("the trajectory has no steps")
         rows = step_rows(trajectory)
         ranked = rank(rows, self.model)
-        chosen = decide(rows, ranked, self.model)
-        return verdict(rows, ranked, chosen, self.model, started=started, method=self.name)
+        judgement = judge(rows, ranked, self.model)
+        return verdict(rows, ranked, judgement, self.model, started=started, method=self.name)
 
 
 def verdict(
     rows: StepRows,
     ranked: list[tuple[float, int]],
-    chosen: int,
+    judgement: Judgement,
     model: RankerModel,
     *,
     started: float,
@@ -356,6 +527,7 @@ def verdict(
 ) -> Attribution:
     """One coherent statement for the chosen step: who, where, why, and what kind of failure."""
     trajectory = rows.trajectory
+    chosen = judgement.step
     step = trajectory.steps[chosen]
     row = rows.rows[rows.candidates.index(chosen)]
     ordered = [item for item in ranked if item[1] == chosen] + [item for item in ranked if item[1] != chosen]
@@ -363,7 +535,10 @@ def verdict(
         Candidate(step=index, agent=trajectory.steps[index].agent, score=round(min(1.0, p), 4))
         for p, index in ordered[:MAX_CANDIDATES]
     ]
-    confidence = confidence_of(ranked, chosen)
+    if model.correctness is not None:
+        confidence = round(min(0.99, max(0.01, judgement.right)), 3)
+    else:
+        confidence = confidence_of(ranked, chosen)
     dependency = rows.reading.dependency_at.get(chosen)
     name: str | None = None
     detail = ""
@@ -402,7 +577,7 @@ def verdict(
         agent=step.agent,
         step=chosen,
         confidence=confidence,
-        decided=support_of(rows, ranked, step.agent) >= model.decided_threshold,
+        decided=judgement.right >= model.decided_threshold,
         reason=reason,
         method=method,
         candidates=candidates,
