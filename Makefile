@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-crewai test-frameworks lint unit e2e-components system-packages bench clean
+.PHONY: demo test test-crewai test-frameworks test-openai-agents-v2 lint unit e2e-components system-packages bench clean
 
 $(STAMP): pyproject.toml setup.py constraints.txt otel_blame/processor/_wire.c
 	$(PYTHON) -m venv $(VENV)
@@ -64,14 +64,17 @@ CREWAI_STAMP := $(CREWAI_VENV)/.installed
 $(CREWAI_STAMP): pyproject.toml constraints-crewai.txt
 	$(PYTHON) -m venv $(CREWAI_VENV)
 	$(CREWAI_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai]'
+	$(CREWAI_VENV)/bin/python -m pip install --quiet -c constraints-crewai.txt -e '.[dev,processor,crewai,crewai-tests]'
 	touch $(CREWAI_STAMP)
 
-test-crewai: $(CREWAI_STAMP)
-	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py
+CREWAI_CONVENTIONS_TESTS := tests/conventions/real/crewai_env
 
-# Strands and Google ADK cannot share .venv either (constraints-frameworks.txt says why): their real-package
-# tests (tests/conventions/real/frameworks_env) run in one environment of their own.
+test-crewai: $(CREWAI_STAMP)
+	$(CREWAI_VENV)/bin/python -m pytest -q tests/instrument/test_crewai.py tests/inject/zoo/test_crew.py \
+		$(CREWAI_CONVENTIONS_TESTS)
+
+# Strands, Google ADK, LlamaIndex and Semantic Kernel cannot share .venv either (constraints-frameworks.txt says
+# why): their real-package tests (tests/conventions/real/frameworks_env) run in one environment of their own.
 FRAMEWORKS_VENV ?= .venv-frameworks
 FRAMEWORKS_STAMP := $(FRAMEWORKS_VENV)/.installed
 FRAMEWORKS_TESTS := tests/conventions/real/frameworks_env
@@ -85,9 +88,26 @@ $(FRAMEWORKS_STAMP): pyproject.toml constraints-frameworks.txt
 test-frameworks: $(FRAMEWORKS_STAMP)
 	$(FRAMEWORKS_VENV)/bin/python -m pytest -q $(FRAMEWORKS_TESTS)
 
-test: $(STAMP) lint e2e-components system-packages test-crewai test-frameworks
+# contrib's opentelemetry-instrumentation-openai-agents-v2 installs the same module as OpenLLMetry's
+# opentelemetry-instrumentation-openai-agents (opentelemetry.instrumentation.openai_agents), which .venv has:
+# it is installed alone (its dependencies are .venv's, pinned in constraints.txt) into a directory put first
+# on PYTHONPATH for its tests.
+OPENAI_AGENTS_V2_DIR ?= .venv-openai-agents-v2
+OPENAI_AGENTS_V2_STAMP := $(OPENAI_AGENTS_V2_DIR)/.installed
+OPENAI_AGENTS_V2_TESTS := tests/conventions/real/openai_agents_v2_env
+
+$(OPENAI_AGENTS_V2_STAMP): $(STAMP) constraints.txt
+	rm -rf $(OPENAI_AGENTS_V2_DIR)
+	$(PY) -m pip install --quiet --no-deps --target $(OPENAI_AGENTS_V2_DIR) \
+		"opentelemetry-instrumentation-openai-agents-v2==$$(sed -n 's/^opentelemetry-instrumentation-openai-agents-v2==//p' constraints.txt)"
+	touch $(OPENAI_AGENTS_V2_STAMP)
+
+test-openai-agents-v2: $(OPENAI_AGENTS_V2_STAMP)
+	PYTHONPATH=$(OPENAI_AGENTS_V2_DIR) $(PY) -m pytest -q $(OPENAI_AGENTS_V2_TESTS)
+
+test: $(STAMP) lint e2e-components system-packages test-crewai test-frameworks test-openai-agents-v2
 	$(PY) -m pytest -q --ignore=tests/instrument/test_crewai.py --ignore=tests/inject/zoo/test_crew.py \
-		$(addprefix --ignore=,$(FRAMEWORKS_TESTS))
+		$(addprefix --ignore=,$(FRAMEWORKS_TESTS) $(OPENAI_AGENTS_V2_TESTS) $(CREWAI_CONVENTIONS_TESTS))
 
 clean:
-	rm -rf $(VENV) $(CREWAI_VENV) $(FRAMEWORKS_VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(CREWAI_VENV) $(FRAMEWORKS_VENV) $(OPENAI_AGENTS_V2_DIR) .pytest_cache .ruff_cache *.egg-info

@@ -71,6 +71,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "otel_blame.commands.top:top_command",
         "The culprit leaderboard of a running processor, live in the terminal.",
     ),
+    LazyCommand(
+        "patterns",
+        "otel_blame.commands.patterns:patterns_command",
+        "Group saved traces or a blame store into failure patterns: what keeps breaking.",
+    ),
 )
 
 

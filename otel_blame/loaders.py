@@ -393,6 +393,7 @@ class SavedRun(BaseModel):
     recorded: Attribution | None = None
     recorded_scores: dict[int, float] = {}
     annotation: Annotation | None = None
+    service: str = ""  # a trace's: its root span's resource service.name (as the processor reads it)
 
 
 def load_saved_run(path: str | Path, on_progress: Callable[[int, int], None] | None = None) -> SavedRun:
@@ -494,7 +495,23 @@ def _from_spans(
     """A file's one trace with the blame already recorded on its spans."""
     trajectory = _one_trace(resource_spans, resource_logs, source).model_copy(update={"source": source})
     recorded, scores = recorded_blame(resource_spans, trajectory)
-    return trajectory, {"recorded": recorded, "recorded_scores": scores}
+    return trajectory, {
+        "recorded": recorded,
+        "recorded_scores": scores,
+        "service": _root_service(resource_spans, trajectory.root_span_id),
+    }
+
+
+def _root_service(resource_spans: Sequence[Any], root_span_id: str | None) -> str:
+    """The ``service.name`` of the resource that holds the root span ("" when none says)."""
+    from otel_blame import semconv as sc
+    from otel_blame.conventions import attributes_to_dict
+
+    for resource in resource_spans:
+        spans = (span for scope in resource.scope_spans for span in scope.spans)
+        if any(span.span_id.hex() == root_span_id for span in spans):
+            return str(attributes_to_dict(resource.resource.attributes).get(sc.SERVICE_NAME, ""))
+    return ""
 
 
 def recorded_blame(

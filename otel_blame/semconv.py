@@ -130,6 +130,7 @@ OPENINFERENCE_KIND_CHAIN = "CHAIN"
 TRACELOOP_KIND_AGENT = "agent"
 TRACELOOP_KIND_TOOL = "tool"
 TRACELOOP_KIND_WORKFLOW = "workflow"
+TRACELOOP_KIND_TASK = "task"
 # OpenLLMetry's indexed prompt/completion attributes: gen_ai.completion.{i}.content / .role
 OPENLLMETRY_COMPLETION_PREFIX = "gen_ai.completion."
 OPENLLMETRY_PROMPT_PREFIX = "gen_ai.prompt."
@@ -169,6 +170,7 @@ BLAME_CATEGORY = "blame.category"  # agent | dependency | specification
 BLAME_DEPENDENCY = "blame.dependency"  # the failing tool or service, when the category is dependency
 BLAME_FAILURE_MODE = "blame.failure_mode"  # a MAST failure mode, e.g. step_repetition
 BLAME_CROSS_RUN_SUSPICIOUSNESS = "blame.cross_run.suspiciousness"  # 0..1, passing vs failing runs
+BLAME_PATTERN = "blame.pattern"  # the failure pattern's id: the recurring cause this run belongs to
 CATEGORY_AGENT = "agent"
 CATEGORY_DEPENDENCY = "dependency"
 CATEGORY_SPECIFICATION = "specification"

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: N811 - the module's name for it
 from prometheus_client import CollectorRegistry, Counter, Summary, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from otel_blame.attribution.result import Attribution
@@ -42,6 +42,9 @@ FALLBACKS_TOTAL = "otel_blame_attribution_fallbacks_total"
 ATTRIBUTION_SECONDS = "otel_blame_attribution_seconds"
 LLM_TOKENS_TOTAL = "otel_blame_llm_tokens_total"
 UNDECIDED_TOTAL = "otel_blame_undecided_attributions_total"
+PATTERNS_TOTAL = "otel_blame_failure_patterns_total"
+PATTERN_FIRST_SEEN = "otel_blame_failure_pattern_first_seen_seconds"
+OVERFLOW_PATTERN = "other"
 
 __all__ = [
     "CONTENT_TYPE",
@@ -198,6 +201,60 @@ class _CulpritCollector(Collector):
         yield fallbacks
 
 
+class PatternCounters(Collector):
+    """``otel_blame_failure_patterns_total{service, workflow, pattern}``: failed runs per failure pattern
+    (a workflow's undecided group under its own id), and each pattern's first sighting as a gauge
+    (``otel_blame_failure_pattern_first_seen_seconds``, unix seconds; what the new-pattern rule reads).
+    Bounded: past ``max_series`` distinct (service, workflow, pattern), new patterns are counted as
+    ``other`` (which has no first sighting). Counted in memory, per process, from its start."""
+
+    def __init__(self, max_series: int = 200) -> None:
+        self.max_series = max_series
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], int] = {}
+        self._first_seen: dict[tuple[str, str, str], float] = {}
+
+    def add(self, service: str, workflow: str, pattern: str, first_seen: float) -> None:
+        key = (service[:256], workflow[:512], pattern)
+        with self._lock:
+            if key not in self._counts and len(self._first_seen) >= self.max_series:
+                key = (key[0], key[1], OVERFLOW_PATTERN)
+            else:
+                seen = self._first_seen.get(key)
+                self._first_seen[key] = first_seen if seen is None else min(seen, first_seen)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield from self._families({}, {})
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        with self._lock:
+            counts, first_seen = dict(self._counts), dict(self._first_seen)
+        yield from self._families(counts, first_seen)
+
+    @staticmethod
+    def _families(
+        counts: dict[tuple[str, str, str], int], first_seen: dict[tuple[str, str, str], float]
+    ) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        labels = ["service", "workflow", "pattern"]
+        runs = CounterMetricFamily(
+            _counter_name(PATTERNS_TOTAL), "Failed runs per failure pattern (blame.pattern).", labels=labels
+        )
+        for key, value in counts.items():
+            runs.add_metric(list(key), value)
+        seen = GaugeMetricFamily(
+            PATTERN_FIRST_SEEN, "When each failure pattern was first seen, unix seconds.", labels=labels
+        )
+        for key, value in first_seen.items():
+            seen.add_metric(list(key), value)
+        yield runs
+        yield seen
+
+
 class CulpritMetrics:
     """Thread-safe counters on a private prometheus-client registry."""
 
@@ -207,6 +264,7 @@ class CulpritMetrics:
         registry: CollectorRegistry | None = None,
         *,
         count_undecided: bool = False,
+        max_patterns: int = 200,
     ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.max_agents = max_agents
@@ -235,6 +293,8 @@ class CulpritMetrics:
             ATTRIBUTION_SECONDS, "Time spent attributing failed traces.", registry=self.registry
         )
         self.registry.register(_CulpritCollector(self))
+        self.patterns = PatternCounters(max_patterns)
+        self.registry.register(self.patterns)
 
     def count_blames_in(self, source: BlameCounterSource | None) -> None:
         """Read the blame counters from ``source`` (the blame store, which counts each blame as it keeps
@@ -265,6 +325,10 @@ class CulpritMetrics:
         self._tokens.labels(direction="input").inc(attribution.cost.input_tokens)
         self._tokens.labels(direction="output").inc(attribution.cost.output_tokens)
         self._seconds.observe(attribution.cost.seconds)
+
+    def record_pattern(self, service: str, workflow: str, pattern: str, first_seen: float) -> None:
+        """Count one failed run of a failure pattern (see :class:`PatternCounters`)."""
+        self.patterns.add(service, workflow, pattern, first_seen)
 
     def attributions(self) -> dict[tuple[str, str], int]:
         """(service, agent) -> how often blamed, summed over methods, as the counters read now."""

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +27,7 @@ class RepeatedCulpritRule(BaseModel):
 class RepeatedCulpritAlert(BaseModel):
     """What a notification says: who, where, how often, and example traces to open."""
 
+    KIND: ClassVar[str] = "otel_blame.repeated_culprit"
     model_config = ConfigDict(extra="forbid")
 
     service: str

@@ -1,4 +1,5 @@
-"""Delivering repeated-culprit alerts to a webhook without ever blocking the processor.
+"""Delivering alerts (a repeated culprit, a new or surging failure pattern) to a webhook without ever
+blocking the processor.
 
 Alerts go into a bounded queue and a background thread posts them as JSON, retrying (tenacity)
 with exponential backoff on connection errors, 408, 429 and 5xx; when the queue is full the
@@ -18,7 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential
 
+from otel_blame.alerting.patterns import NewPatternAlert, PatternSurgeAlert
 from otel_blame.alerting.repeated import RepeatedCulpritAlert
+
+Alert = RepeatedCulpritAlert | NewPatternAlert | PatternSurgeAlert
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +47,19 @@ class WebhookNotifier:
 
     def __init__(self, settings: WebhookSettings) -> None:
         self._settings = settings
-        self._queue: queue.Queue[RepeatedCulpritAlert | None] = queue.Queue(settings.queue_size)
+        self._queue: queue.Queue[Alert | None] = queue.Queue(settings.queue_size)
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
         self._thread = threading.Thread(target=self._run, name="otel-blame-webhook", daemon=True)
         self._thread.start()
 
-    def notify(self, alert: RepeatedCulpritAlert) -> None:
+    def notify(self, alert: Alert) -> None:
         try:
             self._queue.put_nowait(alert)
         except queue.Full:
             self.dropped += 1
-            log.warning("webhook queue full; alert for agent %r not sent", alert.agent)
+            log.warning("webhook queue full; alert (%s) not sent", _subject(alert))
 
     def close(self, timeout: float = 10.0) -> None:
         self._queue.put(None)
@@ -71,8 +75,8 @@ class WebhookNotifier:
             else:
                 self.failed += 1
 
-    def _post(self, alert: RepeatedCulpritAlert) -> bool:
-        body = json.dumps({"kind": "otel_blame.repeated_culprit", **alert.model_dump()}).encode()
+    def _post(self, alert: Alert) -> bool:
+        body = json.dumps({"kind": alert.KIND, **alert.model_dump()}).encode()
         headers = {"Content-Type": "application/json", "User-Agent": "otel-blame"}
         if self._settings.bearer_token is not None:
             headers["Authorization"] = f"Bearer {self._settings.bearer_token.get_secret_value()}"
@@ -93,8 +97,8 @@ class WebhookNotifier:
             return retrying(self._post_once, body, headers)
         except RetryError as error:
             log.warning(
-                "webhook alert for agent %r not delivered after %d attempts (%s)",
-                alert.agent,
+                "webhook alert (%s) not delivered after %d attempts (%s)",
+                _subject(alert),
                 attempts,
                 error.last_attempt.exception(),
             )
@@ -115,3 +119,7 @@ class WebhookNotifier:
             raise _RetryableFailure(f"HTTP {error.code}") from None
         except (urllib.error.URLError, OSError) as error:
             raise _RetryableFailure(type(error).__name__) from None
+
+
+def _subject(alert: Alert) -> str:
+    return alert.subject if not isinstance(alert, RepeatedCulpritAlert) else f"agent {alert.agent!r}"

@@ -1,4 +1,5 @@
-"""``otel-blame top``: the culprit leaderboard of a running processor or of a store file, in the terminal."""
+"""``otel-blame top``: the culprit leaderboard (or ``--by pattern`` the failure patterns) of a running
+processor or of a store file, in the terminal."""
 
 from __future__ import annotations
 
@@ -44,6 +45,13 @@ _MISSING_EXTRA = "otel-blame top needs the 'ui' extra: pip install 'otel-blame[u
     help="Seconds between refreshes.",
 )
 @click.option("--once", is_flag=True, help="Print the table once and exit (for scripts).")
+@click.option(
+    "--by",
+    type=click.Choice(["agent", "pattern"]),
+    default="agent",
+    show_default=True,
+    help="agent: the culprit leaderboard; pattern: the failure patterns (what keeps breaking).",
+)
 def top_command(
     since: str,
     endpoint: str,
@@ -52,9 +60,10 @@ def top_command(
     count_undecided: bool,
     interval: float,
     once: bool,
+    by: str,
 ) -> None:
     """The culprit leaderboard of a running processor (or of a store file), refreshed live in the
-    terminal. Decided verdicts only, unless --all."""
+    terminal; decided verdicts only, unless --all. --by pattern: its failure patterns instead."""
     try:
         from otel_blame.ui.top import StoreCulprits, TopError, run_top, server_culprits
         from otel_blame.ui.views import parse_duration
@@ -68,9 +77,9 @@ def top_command(
     try:
         if store_path is not None:
             with StoreCulprits(store_path) as source:
-                run_top(source, since, count_undecided, interval, once)
+                run_top(source, since, count_undecided, interval, once, by=by)
         else:
-            run_top(server_culprits(endpoint, token), since, count_undecided, interval, once)
+            run_top(server_culprits(endpoint, token), since, count_undecided, interval, once, by=by)
     except TopError as error:
         raise click.ClickException(str(error)) from None
     except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """Spans of every common instrumentation as a :class:`~otel_blame.trajectory.Trajectory`.
 
 One adapter per dialect (:mod:`.genai`, :mod:`.openinference`, :mod:`.traceloop`, :mod:`.ag2`,
-:mod:`.logfire`, :mod:`.ours`), the agent resolution they share (:mod:`.agents`) and the builder
+:mod:`.logfire`, :mod:`.ours`), what two of them record of LlamaIndex's workflows (:mod:`.llamaindex`),
+the agent resolution they share (:mod:`.agents`) and the builder
 (:mod:`.builder`). ``docs/semconv.md`` tabulates what each instrumentation gives.
 """
 

@@ -139,10 +139,12 @@ def _task_view(graph: TraceGraph, root: SpanView | None) -> SpanView | None:
 
 
 def _outcome(
-    task_view: SpanView | None, root: SpanView | None, resolver: AgentResolver
+    task_view: SpanView | None, root: SpanView | None, resolver: AgentResolver, step_failed: bool
 ) -> tuple[Outcome, str | None]:
     """Declared by the task attributes; else the root span's status or exception; else a failure when
-    the outermost agent run ended in an error (its status or an exception event)."""
+    the outermost agent run ended in an error (its status or an exception event). A root whose status
+    is OK is a success only when no step below it failed: OpenInference and OpenLLMetry set OK on
+    every span that returned, so over a failed tool call it says only that the run went on."""
     attrs = task_view.attributes if task_view is not None else {}
     declared = text(attrs.get(sc.TASK_OUTCOME)).lower()
     reason = text(attrs.get(sc.TASK_OUTCOME_REASON)) or None
@@ -155,7 +157,7 @@ def _outcome(
         exception = _exception_text(root.span)
         if exception:
             return Outcome.FAILURE, reason or exception
-        if status.code == Status.STATUS_CODE_OK:
+        if status.code == Status.STATUS_CODE_OK and not step_failed:
             return Outcome.SUCCESS, reason
     top_agent = resolver.top_agent
     if top_agent is not None and top_agent is not root:
@@ -321,7 +323,7 @@ def _build(views: list[SpanView], logs: dict[tuple[bytes, bytes], list[LogRecord
 
     step_of = {item.view.span_id: position for position, item in enumerate(found)}
     task_view = _task_view(graph, root)
-    outcome, reason = _outcome(task_view, root, resolver)
+    outcome, reason = _outcome(task_view, root, resolver, any(step.is_error for step in steps))
     trajectory = Trajectory(
         task=_task(graph, root, task_view, resolver, steps),
         steps=steps,
@@ -359,10 +361,11 @@ def _declared_steps(graph: TraceGraph) -> list[_Found]:
     return found
 
 
-def _below_agent(graph: TraceGraph, view: SpanView) -> Iterator[SpanView]:
-    """The span's ancestors up to (not including) the nearest agent span."""
+def _below_agent(graph: TraceGraph, view: SpanView, resolver: AgentResolver) -> Iterator[SpanView]:
+    """The span's ancestors up to (not including) the nearest agent span, or tool span that runs
+    another agent (a delegation: what runs inside it is that agent's, not the tool's own work)."""
     for ancestor in graph.ancestors(view):
-        if ancestor.kind == Kind.AGENT:
+        if ancestor.kind == Kind.AGENT or resolver.delegated_to(ancestor):
             return
         yield ancestor
 
@@ -380,7 +383,7 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
     for view in graph.views:
         if view.kind not in _STEP_KINDS or (view is root and view.kind != Kind.AGENT):
             continue
-        enclosing = list(_below_agent(graph, view))
+        enclosing = list(_below_agent(graph, view, resolver))
         if view.kind == Kind.LLM:
             if any(a.kind in (Kind.LLM, Kind.TOOL, Kind.CODE) for a in enclosing):
                 continue  # the outer LLM span's call seen again, or a tool's own model call
@@ -409,8 +412,8 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         content, role = _content(view)
         if own and not content:
             continue  # its tools speak for it
-        if not own and not content and any(d.kind == Kind.AGENT for d in graph.descendants(view)):
-            continue  # a container of other agents, not a message of its own
+        if not own and _container_repeating(graph, view, content, found):
+            continue  # a container of other agents (a crew's task), not a message of its own
         # an agent's message that carries its tools' output (AG2 replies with the execution result)
         # is the step; the tool steps it carries say nothing new, but their errors mark it
         carried = [item for item in own if item.content.strip() and item.content.strip() in content]
@@ -425,6 +428,19 @@ def _nested_steps(graph: TraceGraph, root: SpanView | None, resolver: AgentResol
         item.at_end = item.at_end or item.view.span_id in enclosing_ids
     found.sort(key=lambda item: _order_by_time(item.view, item.at_end))
     return found
+
+
+def _container_repeating(graph: TraceGraph, view: SpanView, content: str, found: list[_Found]) -> bool:
+    """An agent span around other agent spans that says nothing, or only what a step below it said
+    (OpenLLMetry's CrewAI task span, an ``invoke_agent`` reporting its agent's last answer)."""
+    below = {d.span_id for d in graph.descendants(view) if d.kind == Kind.AGENT}
+    if not below:
+        return False
+    said = content.strip()
+    if not said:
+        return True
+    inside = {d.span_id for d in graph.descendants(view)}
+    return any(said in item.content for item in found if item.view.span_id in inside)
 
 
 def _group_results(graph: TraceGraph, found: list[_Found]) -> list[_Found]:

@@ -205,11 +205,16 @@ def log_event_name(record: LogRecord) -> str:
 
 
 def content_from_logs(records: Sequence[LogRecord], kind: Kind | None) -> tuple[str, str | None]:
-    """Output content an instrumentation put in log records instead of span attributes."""
+    """Output content an instrumentation put in log records instead of span attributes. Beside a
+    ``gen_ai.choice`` (the call's answer), a ``gen_ai.assistant.message`` is an earlier turn of the
+    history the call was sent (Semantic Kernel logs both), not its output."""
     texts: list[str] = []
     role: str | None = None
+    answered = any(log_event_name(record) == sc.EVENT_CHOICE for record in records)
     for record in sorted(records, key=lambda r: r.time_unix_nano or r.observed_time_unix_nano):
         name = log_event_name(record)
+        if answered and name == sc.EVENT_ASSISTANT_MESSAGE:
+            continue
         body = any_value_to_python(record.body)
         if name == sc.EVENT_INFERENCE_DETAILS:
             attrs = attributes_to_dict(record.attributes)

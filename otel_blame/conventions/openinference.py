@@ -4,7 +4,11 @@
 ``tool_calls``), the LangChain instrumentor's ``metadata`` (with LangGraph's ``langgraph_node`` and
 ``langgraph_checkpoint_ns``) and the smolagents instrumentor's ``smolagents.*`` (the task, the
 managed agents' names). CHAIN spans group a step's model call with the tools it called; their own
-output, when plain text, is what that step's action returned."""
+output, when plain text, is what that step's action returned (a framework object's repr, such as
+LlamaIndex's ``AgentOutput(...)``, is its state, not an output). An LLM span that records no messages,
+prompts or token counts is no model call: LlamaIndex's ``_prepare_chat_with_tools`` and the
+``astream_chat`` around the one that streams the answer. LlamaIndex workflow steps name their agent
+only in the events they take and return (:mod:`.llamaindex`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any
 
 from otel_blame import semconv as sc
 
+from .llamaindex import current_agent, tool_output_text
 from .model import Convention, Kind, Rank, SpanView, Vote
 from .text import maybe_json, messages_text, text, tool_call_text
 
@@ -29,6 +34,10 @@ _CLASS_NAME = re.compile(r"^[A-Z]\w*(?:Agent|Crew)$")
 _INPUT_MESSAGE = "llm.input_messages."
 _OUTPUT_MESSAGE = "llm.output_messages."
 _MAX_MANAGED = 64
+# what a model call records (any one): its messages, its prompts, its token counts
+_MODEL_CALL_KEYS = (_INPUT_MESSAGE, _OUTPUT_MESSAGE, "llm.prompts", "llm.token_count.")
+# a Python object's repr, as LlamaIndex's workflow steps return their events: AgentOutput(response=...)
+_OBJECT_REPR = re.compile(r"^[A-Z]\w*\(.*\)$", re.DOTALL)
 
 
 def _metadata(view: SpanView) -> dict[str, Any]:
@@ -65,7 +74,10 @@ class OpenInference(Convention):
     name = "openinference"
 
     def vote(self, view: SpanView) -> Vote | None:
-        return _KINDS.get(text(view.attributes.get(sc.OPENINFERENCE_SPAN_KIND)).upper())
+        found = _KINDS.get(text(view.attributes.get(sc.OPENINFERENCE_SPAN_KIND)).upper())
+        if found is not None and found[1] == Kind.LLM and not _records_a_call(view):
+            return None  # a client's helper or wrapper, not the call
+        return found
 
     def agent_name(self, view: SpanView) -> str | None:
         return text(view.attributes.get(sc.OPENINFERENCE_AGENT_NAME)) or None
@@ -101,7 +113,11 @@ class OpenInference(Convention):
         )
         if node and not node.startswith("__"):  # LangGraph's __start__ / __end__ are not agents
             return node
-        return langgraph_node(_metadata(view))
+        return (
+            langgraph_node(_metadata(view))
+            or current_agent(view.attributes.get(sc.OPENINFERENCE_INPUT_VALUE))
+            or current_agent(view.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE))
+        )
 
     def system_prompt(self, view: SpanView) -> str | None:
         attrs = view.attributes
@@ -121,16 +137,21 @@ class OpenInference(Convention):
 
     def tool_output(self, view: SpanView) -> tuple[str, str] | None:
         if view.kind == Kind.TOOL and sc.OPENINFERENCE_OUTPUT_VALUE in view.attributes:
-            return text(view.attributes[sc.OPENINFERENCE_OUTPUT_VALUE]), "tool"
+            value = view.attributes[sc.OPENINFERENCE_OUTPUT_VALUE]
+            found = maybe_json(value)
+            if isinstance(found, dict) and "tool_name" in found and "raw_output" in found:
+                return tool_output_text(found), "tool"  # LlamaIndex's ToolOutput
+            return text(value), "tool"
         return None
 
     def tool_arguments(self, view: SpanView) -> str | None:
-        """A tool span's ``input.value``; smolagents records ``{"args": [...], "kwargs": {...}}``, of
-        which the arguments are the keywords, or the positional ones when there are none."""
+        """A tool span's ``input.value``; smolagents records ``{"args": [...], "kwargs": {...}}`` (LlamaIndex
+        only the ``kwargs``), of which the arguments are the keywords, or the positional ones when there
+        are none."""
         if view.kind != Kind.TOOL or sc.OPENINFERENCE_INPUT_VALUE not in view.attributes:
             return None
         value = maybe_json(view.attributes[sc.OPENINFERENCE_INPUT_VALUE])
-        if isinstance(value, dict) and "kwargs" in value and "args" in value:
+        if isinstance(value, dict) and "kwargs" in value and ("args" in value or len(value) == 1):
             kwargs, args = value.get("kwargs"), value.get("args")
             value = kwargs if kwargs or not args else args
         return text(value)
@@ -142,7 +163,7 @@ class OpenInference(Convention):
         if "json" in text(attrs.get(sc.OPENINFERENCE_OUTPUT_MIME_TYPE)).lower():
             return None
         value = attrs.get(sc.OPENINFERENCE_OUTPUT_VALUE)
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or not value.strip() or _OBJECT_REPR.match(value.strip()):
             return None
         return None if maybe_json(value) is not value else value
 
@@ -183,10 +204,16 @@ class OpenInference(Convention):
                 return found
         if isinstance(value, dict) and isinstance(value.get("task"), str):  # an agent run's arguments
             return value["task"] or None
+        if isinstance(value, dict) and "start_event" in value:  # a LlamaIndex workflow's state, not a task
+            return None
         return text(value) or None
 
     def task_output(self, root: SpanView) -> str | None:
         return text(root.attributes.get(sc.OPENINFERENCE_OUTPUT_VALUE)) or None
+
+
+def _records_a_call(view: SpanView) -> bool:
+    return any(key.startswith(_MODEL_CALL_KEYS) for key in view.attributes)
 
 
 def _contents_text(attrs: dict[str, Any], prefix: str) -> str:

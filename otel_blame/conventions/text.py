@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from typing import Any
+
+# contrib's openai-agents-v2 (0.1.0) writes a Responses API function call as its Python repr in a text part
+_REPR_CALL = re.compile(r"^ResponseFunctionToolCall\((?P<fields>.*)\)$", re.DOTALL)
+_REPR_FIELD = re.compile(r"""(?P<key>\w+)=(?P<value>'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
 
 
 def text(value: Any) -> str:
@@ -33,6 +39,22 @@ def tool_call_text(name: str, arguments: Any) -> str:
     return f"tool_call {name}({text(arguments)})"
 
 
+def repr_tool_call(value: str) -> str | None:
+    """A function call recorded as its repr (``ResponseFunctionToolCall(arguments='{...}', ...,
+    name='web_search', ...)``) as ``tool_call NAME(ARGUMENTS)``; None for anything else."""
+    match = _REPR_CALL.match(value.strip())
+    if match is None:
+        return None
+    fields: dict[str, Any] = {}
+    for field in _REPR_FIELD.finditer(match.group("fields")):
+        try:
+            fields.setdefault(field.group("key"), ast.literal_eval(field.group("value")))
+        except (ValueError, SyntaxError):
+            continue
+    name = fields.get("name")
+    return tool_call_text(name, fields.get("arguments")) if isinstance(name, str) and name else None
+
+
 def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return text(part)
@@ -43,7 +65,8 @@ def _part_text(part: Any) -> str:
         return text(part.get("response", part.get("result")))
     for key in ("content", "text", "response"):
         if key in part:
-            return text(part[key])
+            value = part[key]
+            return (isinstance(value, str) and repr_tool_call(value)) or text(value)
     return ""
 
 

@@ -1,16 +1,22 @@
 """OpenLLMetry (Traceloop): ``traceloop.span.kind`` workflow/agent/task/tool spans with
 ``traceloop.entity.*``, and LLM spans (``llm.request.type``) with ``gen_ai.prompt.{i}.*`` and
-``gen_ai.completion.{i}.*``."""
+``gen_ai.completion.{i}.*``. Its LlamaIndex instrumentation makes every workflow step a task span: one
+that calls a tool says so with ``tool.name`` and ``tool.arguments`` (a tool step, its
+``ToolCallResult`` the output), and the agent a step works for is named only in the workflow events
+(:mod:`.llamaindex`)."""
 
 from __future__ import annotations
 
 from otel_blame import semconv as sc
 
+from .llamaindex import current_agent, tool_call_result, tool_output_text
 from .model import Convention, Kind, Rank, SpanView, Vote
 from .openinference import langgraph_node
 from .text import messages_text, text
 
 _ASSOCIATION = "traceloop.association.properties."
+_TOOL_NAME = "tool.name"  # on the task span of a tool call (LlamaIndex's call_tool step)
+_TOOL_ARGUMENTS = "tool.arguments"
 
 _KINDS: dict[str, Vote] = {
     sc.TRACELOOP_KIND_AGENT: (Rank.AGENT, Kind.AGENT),
@@ -23,9 +29,12 @@ class Traceloop(Convention):
     name = "traceloop"
 
     def vote(self, view: SpanView) -> Vote | None:
-        found = _KINDS.get(text(view.attributes.get(sc.TRACELOOP_SPAN_KIND)).lower())
+        kind = text(view.attributes.get(sc.TRACELOOP_SPAN_KIND)).lower()
+        found = _KINDS.get(kind)
         if found is not None:
             return found
+        if kind == sc.TRACELOOP_KIND_TASK and view.attributes.get(_TOOL_NAME):
+            return Rank.TOOL, Kind.TOOL
         if sc.LLM_REQUEST_TYPE in view.attributes:
             return Rank.LLM, Kind.LLM
         return None
@@ -42,7 +51,11 @@ class Traceloop(Convention):
                 sc.LANGGRAPH_NODE: attrs.get(_ASSOCIATION + sc.LANGGRAPH_NODE),
             }
         )
-        return node if node and not node.startswith("__") else None
+        if node and not node.startswith("__"):
+            return node
+        return current_agent(attrs.get(sc.TRACELOOP_ENTITY_INPUT)) or current_agent(
+            attrs.get(sc.TRACELOOP_ENTITY_OUTPUT)
+        )
 
     def system_prompt(self, view: SpanView) -> str | None:
         attrs = view.attributes
@@ -55,17 +68,28 @@ class Traceloop(Convention):
         return None
 
     def tool_name(self, view: SpanView) -> str | None:
-        return text(view.attributes.get(sc.TRACELOOP_ENTITY_NAME)) or None
+        attrs = view.attributes
+        return text(attrs.get(_TOOL_NAME)) or text(attrs.get(sc.TRACELOOP_ENTITY_NAME)) or None
 
     def tool_output(self, view: SpanView) -> tuple[str, str] | None:
         if view.kind == Kind.TOOL and sc.TRACELOOP_ENTITY_OUTPUT in view.attributes:
-            return text(view.attributes[sc.TRACELOOP_ENTITY_OUTPUT]), "tool"
+            value = view.attributes[sc.TRACELOOP_ENTITY_OUTPUT]
+            result = tool_call_result(value)
+            return (tool_output_text(result) if result is not None else text(value)), "tool"
         return None
 
     def tool_arguments(self, view: SpanView) -> str | None:
-        if view.kind == Kind.TOOL and sc.TRACELOOP_ENTITY_INPUT in view.attributes:
-            return text(view.attributes[sc.TRACELOOP_ENTITY_INPUT])
+        if view.kind != Kind.TOOL:
+            return None
+        for key in (_TOOL_ARGUMENTS, sc.TRACELOOP_ENTITY_INPUT):
+            if key in view.attributes:
+                return text(view.attributes[key])
         return None
+
+    def is_error(self, view: SpanView) -> bool:
+        """A tool call whose ``ToolCallResult`` says it failed (LlamaIndex catches the exception)."""
+        result = tool_call_result(view.attributes.get(sc.TRACELOOP_ENTITY_OUTPUT))
+        return result is not None and result.get("is_error") is True
 
     def output(self, view: SpanView) -> tuple[str, str | None] | None:
         attrs = view.attributes

@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible chat-completions server on loopback.
+"""A scripted OpenAI-compatible server on loopback: chat completions, and the Responses API.
 
 No LLM is reachable in tests or in the offline demo, so this stands in for the provider: the
 real ``openai`` client (and every framework built on it) talks HTTP to it exactly as to a real
@@ -54,14 +54,23 @@ def _count_tokens(text: str) -> int:
 
 
 def _prompt_text(request: dict[str, Any]) -> str:
+    """The request's text: chat completions' ``messages``, or the Responses API's ``input``."""
     parts: list[str] = []
-    for message in request.get("messages", []):
-        content = message.get("content")
+    items = request.get("messages") or request.get("input") or []
+    if isinstance(items, str):
+        items = [{"content": items}]
+    for message in items:
+        content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
             parts.append(content)
         elif isinstance(content, list):
             parts.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return "\n".join(parts)
+
+
+def _arguments_json(call: dict[str, Any]) -> str:
+    arguments = call["arguments"]
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
 class ScriptedLLM:
@@ -143,9 +152,7 @@ class ScriptedLLM:
                     "type": "function",
                     "function": {
                         "name": call["name"],
-                        "arguments": call["arguments"]
-                        if isinstance(call["arguments"], str)
-                        else json.dumps(call["arguments"]),
+                        "arguments": _arguments_json(call),
                     },
                 }
                 for call in reply.tool_calls
@@ -163,6 +170,52 @@ class ScriptedLLM:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    def _response_body(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """The same reply as a Responses API ``response`` object (``POST /responses``)."""
+        output: list[dict[str, Any]] = []
+        if reply.content:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": reply.content, "annotations": []}],
+                }
+            )
+        for call in reply.tool_calls or []:
+            call_id = call.get("id", f"call_{uuid.uuid4().hex[:12]}")
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{call_id}",
+                    "call_id": call_id,
+                    "name": call["name"],
+                    "arguments": _arguments_json(call),
+                    "status": "completed",
+                }
+            )
+        input_tokens = reply.prompt_tokens or _count_tokens(_prompt_text(request))
+        output_tokens = reply.completion_tokens or _count_tokens(reply.content or "")
+        return {
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": request.get("model") or self.model,
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": request.get("tool_choice", "auto"),
+            "tools": request.get("tools", []),
+            "usage": {
+                "input_tokens": input_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": input_tokens + output_tokens,
             },
         }
 
@@ -213,13 +266,18 @@ class ScriptedLLM:
             def do_POST(self) -> None:  # noqa: N802 - http.server API
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                path = self.path.rstrip("/")
+                responses_api = path.endswith("/responses")
+                if not (responses_api or path.endswith("/chat/completions")):
                     self._send(404, b'{"error": {"message": "not found"}}')
                     return
                 try:
                     request = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
                     self._send(400, b'{"error": {"message": "invalid JSON body"}}')
+                    return
+                if responses_api and request.get("stream"):
+                    self._send(400, b'{"error": {"message": "scripted LLM: no streamed Responses API"}}')
                     return
                 reply = llm._next_reply(request)
                 if reply.delay_seconds:
@@ -236,6 +294,9 @@ class ScriptedLLM:
                         }
                     }
                     self._send(reply.status, json.dumps(error).encode(), reply.headers)
+                    return
+                if responses_api:
+                    self._send(200, json.dumps(llm._response_body(request, reply)).encode(), reply.headers)
                     return
                 body = llm._completion_body(request, reply)
                 if request.get("stream"):

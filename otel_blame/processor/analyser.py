@@ -56,6 +56,7 @@ from otel_blame.processor.decision import FailureDetector, TraceDecision
 from otel_blame.processor.enricher import BlameEnricher
 from otel_blame.processor.jobs import StoredJobReader, encode_job
 from otel_blame.processor.listeners import FinishedAttribution
+from otel_blame.processor.patterns import PatternBook, with_pattern
 from otel_blame.processor.stage import Consumer
 from otel_blame.processor.wal import KIND_ANALYSIS, WALClosed, WALFull, WriteAheadLog
 from otel_blame.redaction import Redactor
@@ -105,13 +106,17 @@ class AnalysisStage:
         wal: WriteAheadLog,
         enricher: BlameEnricher | None = None,
         cross_run: CrossRunStatistics | None = None,
+        patterns: PatternBook | None = None,
     ) -> None:
         self._config = config
         self._out = out
         self._counters = counters
         self._cross_run = cross_run
+        self._patterns = patterns
         self._wal = wal
-        self._concluding = Concluding(enricher or BlameEnricher(), redactor, config.cross_run)
+        self._concluding = Concluding(
+            enricher or BlameEnricher(), redactor, config.cross_run, patterns=patterns is not None
+        )
         self._jobs = StoredJobReader(wal.path)  # deferred jobs, when the analysis runs in threads here
         self.workers = analysis_workers(config)
         self._detector = FailureDetector(config.detection)
@@ -437,10 +442,29 @@ class AnalysisStage:
                 late=late,
                 request=request,
                 resource=resource,
+                service=analysis.workflow_service,
             )
             if blamed.attribution.step != analysis.attribution.step:
                 self._counters.add("cross_run_changed_verdicts")
+        if blamed is not None:
+            blamed = self._grouped(blamed)
         return Analysed(trace, Handling.ANALYSED, analysis, late, job_row, blamed)
+
+    def _grouped(self, blamed: Blamed) -> Blamed:
+        """The blame with the pattern its cause falls into (the book's answer; the candidate the
+        analysis wrote when the book cannot answer: a shared store that is down)."""
+        if self._patterns is None or blamed.cause is None:
+            return blamed
+        try:
+            known = self._patterns.assign(blamed.cause, time.time())
+        except Exception as error:
+            self._counters.add("pattern_errors")
+            log.warning("pattern book: cannot assign a pattern (%s: %s)", type(error).__name__, error)
+            return blamed
+        grouped = with_pattern(blamed, known)
+        if grouped.payload is not blamed.payload:
+            self._counters.add("patterns_joined_older")
+        return grouped
 
     def _evidence(self, analysis: Analysis):  # noqa: ANN202 - CrossRunEvidence | None
         if self._cross_run is None or analysis.trajectory is None:

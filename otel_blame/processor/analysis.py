@@ -33,6 +33,7 @@ from otel_blame.attribution.decision import blame_decision
 from otel_blame.attribution.result import Attribution
 from otel_blame.attribution.systemic import describe_failure
 from otel_blame.conventions import NoTrajectory, attributes_to_dict, build_trajectory
+from otel_blame.patterns import Cause, Known, cause_of
 from otel_blame.processor.attributor import AttributionRunner
 from otel_blame.processor.config import AttributionConfig, CrossRunConfig, DetectionConfig
 from otel_blame.processor.decision import NOT_FAILED, FailureDetector, TraceDecision
@@ -81,6 +82,10 @@ class Blamed:
     payload: bytes  # the trace's spans with ``blame.*`` (an export request), or one late blame span
     evaluation: EvaluationEvent | None  # the ``gen_ai.evaluation.result`` written, and where
     listened: Trajectory  # the trajectory redacted: what blame listeners and the blame store see
+    cause: Cause | None = None  # what the blame says about its cause (patterns on)
+    # the failure pattern written as ``blame.pattern``: the id the cause would open, until the pattern
+    # book answers the pattern it falls into (:mod:`.patterns`)
+    pattern: Known | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,7 @@ class Concluding:
     enricher: BlameEnricher
     redactor: Redactor
     cross_run: CrossRunConfig
+    patterns: bool = False  # describe each blame's cause and write its (candidate) pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,7 @@ def analyse(
             late=job.late,
             request=request,
             resource=resource,
+            service=found["workflow_service"],
         )
         found["trajectory"] = None  # what the processor needs of it is in ``blamed``
     return Analysis(
@@ -205,17 +212,26 @@ def conclude(
     late: bool,
     request: ExportTraceServiceRequest | None,
     resource: Resource | None,
+    service: str = "",
 ) -> Blamed:
-    """The blame finished: described (and weighed against the evidence), written onto the trace's
-    spans (``request``, changed in place; in time) or into a late ``blame {agent}`` span (``late``),
-    and the trajectory redacted for the listeners."""
+    """The blame finished: described (and weighed against the evidence), its cause and candidate
+    pattern found (patterns on; ``service``: the workflow's), written onto the trace's spans
+    (``request``, changed in place; in time) or into a late ``blame {agent}`` span (``late``), and
+    the trajectory redacted for the listeners."""
     described = describe(trajectory, attribution, evidence, concluding.cross_run)
+    cause, pattern = None, None
+    if concluding.patterns:
+        cause = cause_of(service, trajectory.task.workflow or trajectory.task.name, trajectory, described)
+        pattern = Known(cause.candidate_id(), cause.gist, 0.0)
+    said = pattern.id if pattern is not None else None
     if late or request is None:
-        payload, evaluation = concluding.enricher.late_blame_span(trajectory, described, resource)
+        enricher = concluding.enricher
+        payload, evaluation = enricher.late_blame_span(trajectory, described, resource, pattern=said)
     else:
-        evaluation = concluding.enricher.enrich(request.resource_spans, trajectory, described)
+        evaluation = concluding.enricher.enrich(request.resource_spans, trajectory, described, pattern=said)
         payload = request.SerializeToString()
-    return Blamed(described, payload, evaluation, redact_trajectory(trajectory, concluding.redactor))
+    listened = redact_trajectory(trajectory, concluding.redactor)
+    return Blamed(described, payload, evaluation, listened, cause, pattern)
 
 
 def describe(

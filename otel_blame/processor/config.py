@@ -34,6 +34,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from otel_blame import semconv as sc
+from otel_blame.alerting.patterns import NewPatternRule, PatternSurgeRule
 from otel_blame.alerting.repeated import RepeatedCulpritRule
 from otel_blame.alerting.webhook import WebhookSettings
 from otel_blame.attribution.llm_client import LLMSettings
@@ -239,6 +240,35 @@ class CrossRunConfig(_Section):
     )
 
 
+class PatternsConfig(_Section):
+    """Failure patterns: each blamed trace's cause grouped with the causes of earlier failures
+    (``blame.pattern``; docs/processor.md#failure-patterns)."""
+
+    enabled: bool = Field(default=True, description="group blames into patterns and write blame.pattern")
+    similarity: float = Field(
+        default=90.0,
+        gt=0,
+        le=100,
+        description="how alike two reasons' gists must be (rapidfuzz token_sort_ratio, 0..100) to be one "
+        "pattern; every replica and `otel-blame patterns` must use the same",
+    )
+    max_per_signature: int = Field(
+        default=100,
+        ge=1,
+        description="patterns per signature; past it, new reasons go to the signature's 'other reasons'",
+    )
+    path: Path | None = Field(
+        default=None,
+        description="SQLite file; null = patterns.sqlite in wal.dir (a blame store keeps them instead)",
+    )
+    max_series: int = Field(
+        default=200,
+        ge=1,
+        description="distinct (service, workflow, pattern) on otel_blame_failure_patterns_total; more are "
+        "counted as pattern=other",
+    )
+
+
 class VerdictsConfig(_Section):
     retention: float = Field(default=3600.0, ge=0, description="seconds a completed trace stays available")
     max_traces: int = Field(default=10_000, ge=0)
@@ -276,10 +306,13 @@ class EnrichmentConfig(_Section):
 
 
 class AlertingConfig(_Section):
-    """Repeated-culprit alerts: when one agent is blamed ``threshold`` times in a window, POST once."""
+    """Webhook alerts: an agent blamed ``threshold`` times in a window (repeated culprit), a new failure
+    pattern seen ``threshold`` times in its first hour, a pattern whose rate doubles against its day."""
 
     webhook: WebhookSettings | None = Field(default=None, description="null = no webhook alerts")
     repeated_culprit: RepeatedCulpritRule = Field(default_factory=RepeatedCulpritRule)
+    new_pattern: NewPatternRule = Field(default_factory=NewPatternRule)
+    pattern_surge: PatternSurgeRule = Field(default_factory=PatternSurgeRule)
     count_undecided: bool = Field(
         default=False,
         description="count undecided verdicts (blame.decided=false) as blames on the culprit counters, "
@@ -295,6 +328,7 @@ class ProcessorConfig(_Section):
     attribution: AttributionConfig = Field(default_factory=AttributionConfig)
     verdicts: VerdictsConfig = Field(default_factory=VerdictsConfig)
     cross_run: CrossRunConfig = Field(default_factory=CrossRunConfig)
+    patterns: PatternsConfig = Field(default_factory=PatternsConfig)
     enrichment: EnrichmentConfig = Field(default_factory=EnrichmentConfig)
     exporter: ExporterConfig = Field(default_factory=ExporterConfig)
     alerting: AlertingConfig = Field(default_factory=AlertingConfig)

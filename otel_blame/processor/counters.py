@@ -42,6 +42,9 @@ NAMES = (
     "cross_run_changed_verdicts",  # attributions whose step the cross-run evidence changed
     "cross_run_skipped_traces",  # runs not counted: analysis pool saturated, or the disk nearly full
     "cross_run_errors",  # the statistics' database could not be read or written
+    "patterns_joined_older",  # blames whose cause fell into an older pattern than the one it would open
+    "pattern_errors",  # the pattern book could not answer (the blame kept the pattern it would open)
+    "pattern_alerts",  # new-pattern and pattern-surge alerts
 )
 GAUGE_PREFIXES = (
     "assembly_buffered",

@@ -159,6 +159,8 @@ class EnrichExportStage:
                 trajectory=analysis.trajectory if analysis is not None else None,
                 attribution=item.attribution,
                 listened=item.blamed.listened if item.blamed is not None else None,
+                cause=item.blamed.cause if item.blamed is not None else None,
+                pattern=item.blamed.pattern if item.blamed is not None else None,
                 late=item.late,
                 finished_at_unix=time.time(),
                 replayed=item.trace.replayed,

@@ -6,7 +6,8 @@ event (see ``evaluation_attributes``); the root gets ``blame.agent``,
 ``blame.step``, ``blame.confidence``, ``blame.reason``, ``blame.method`` and ``blame.model``;
 both also get ``blame.decided`` (false: a ranked guess, the culprit span its top candidate's),
 ``blame.category`` (and ``blame.dependency``), ``blame.cross_run.suspiciousness``
-where known, the root ``blame.failure_mode`` where one is supported;
+where known, ``blame.pattern`` (the failure pattern, when patterns are on), the root
+``blame.failure_mode`` where one is supported;
 every step's span gets ``blame.score``. Nothing else about the spans changes. For a failure
 known only after the trace was exported (a late verdict), a new span ``blame {agent}`` carries
 the same root attributes and the evaluation event into the trace, with a link to the culprit span.
@@ -58,7 +59,7 @@ def _set(attributes, key: str, value: object) -> None:  # noqa: ANN001 - a repea
     attributes.append(KeyValue(key=key, value=_value(value)))
 
 
-def root_attributes(attribution: Attribution) -> dict[str, object]:
+def root_attributes(attribution: Attribution, pattern: str | None = None) -> dict[str, object]:
     """The ``blame.*`` attributes of a trace's root (and of a late ``blame {agent}`` span)."""
     values: dict[str, object] = {
         sc.BLAME_AGENT: attribution.agent,
@@ -69,16 +70,17 @@ def root_attributes(attribution: Attribution) -> dict[str, object]:
     }
     if attribution.model:
         values[sc.BLAME_MODEL] = attribution.model
-    values.update(culprit_attributes(attribution))
+    values.update(culprit_attributes(attribution, pattern))
     if attribution.failure_mode:
         values[sc.BLAME_FAILURE_MODE] = attribution.failure_mode
     return values
 
 
-def culprit_attributes(attribution: Attribution) -> dict[str, object]:
+def culprit_attributes(attribution: Attribution, pattern: str | None = None) -> dict[str, object]:
     """What root and culprit span both carry beyond agent, step and reason: whether the evidence
     decided the verdict (``blame.decided``), the kind of failure (``blame.category``,
-    ``blame.dependency``) and the cross-run suspiciousness, where known."""
+    ``blame.dependency``), the cross-run suspiciousness, where known, and the failure pattern
+    (``blame.pattern``)."""
     values: dict[str, object] = {sc.BLAME_DECIDED: bool(attribution.decided)}
     if attribution.category:
         values[sc.BLAME_CATEGORY] = attribution.category
@@ -86,6 +88,8 @@ def culprit_attributes(attribution: Attribution) -> dict[str, object]:
         values[sc.BLAME_DEPENDENCY] = attribution.dependency
     if attribution.cross_run_suspiciousness is not None:
         values[sc.BLAME_CROSS_RUN_SUSPICIOUSNESS] = round(float(attribution.cross_run_suspiciousness), 6)
+    if pattern:
+        values[sc.BLAME_PATTERN] = pattern
     return values
 
 
@@ -154,10 +158,14 @@ class BlameEnricher:
     """Writes an Attribution onto the spans of its trace."""
 
     def enrich(
-        self, resource_spans: Sequence[ResourceSpans], trajectory: Trajectory, attribution: Attribution
+        self,
+        resource_spans: Sequence[ResourceSpans],
+        trajectory: Trajectory,
+        attribution: Attribution,
+        pattern: str | None = None,
     ) -> EvaluationEvent | None:
         """Mutate the spans in place; return the evaluation event written on the culprit span
-        (None when no span of the trace is the culprit step's)."""
+        (None when no span of the trace is the culprit step's). ``pattern``: ``blame.pattern``."""
         by_id: dict[str, list[Span]] = {}
         for resource in resource_spans:
             for scope in resource.scope_spans:
@@ -179,21 +187,25 @@ class BlameEnricher:
             _set(span.attributes, sc.BLAME_AGENT, attribution.agent)
             _set(span.attributes, sc.BLAME_STEP, attribution.step)
             _set(span.attributes, sc.BLAME_REASON, attribution.reason)
-            for key, value in culprit_attributes(attribution).items():
+            for key, value in culprit_attributes(attribution, pattern).items():
                 _set(span.attributes, key, value)
             at = span.end_time_unix_nano or span.start_time_unix_nano or time.time_ns()
-            _add_event(span, sc.BLAME_ASSIGNED_EVENT, at, root_attributes(attribution))
+            _add_event(span, sc.BLAME_ASSIGNED_EVENT, at, root_attributes(attribution, pattern))
             response_id = _string_attribute(span, sc.GEN_AI_RESPONSE_ID)
             attributes = evaluation_attributes(attribution, response_id)
             _add_event(span, sc.GEN_AI_EVALUATION_RESULT_EVENT, at, attributes)
             evaluation = evaluation or EvaluationEvent(span.trace_id, span.span_id, at, attributes)
         for span in by_id.get(trajectory.root_span_id or "", []):
-            for key, value in root_attributes(attribution).items():
+            for key, value in root_attributes(attribution, pattern).items():
                 _set(span.attributes, key, value)
         return evaluation
 
     def late_blame_span(
-        self, trajectory: Trajectory, attribution: Attribution, resource: Resource | None = None
+        self,
+        trajectory: Trajectory,
+        attribution: Attribution,
+        resource: Resource | None = None,
+        pattern: str | None = None,
     ) -> tuple[bytes, EvaluationEvent]:
         """An ExportTraceServiceRequest (serialised) with one new span ``blame {agent}``, and the
         evaluation event written on that span."""
@@ -207,7 +219,7 @@ class BlameEnricher:
             start_time_unix_nano=now,
             end_time_unix_nano=now,
         )
-        for key, value in root_attributes(attribution).items():
+        for key, value in root_attributes(attribution, pattern).items():
             _set(span.attributes, key, value)
         if 0 <= attribution.step < len(trajectory.steps) and trajectory.steps[attribution.step].span_id:
             link = span.links.add()

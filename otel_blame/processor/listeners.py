@@ -11,8 +11,8 @@ The enrich+export stage publishes one :class:`TraceVerdict` per analysed agent t
   plugs in here, with :meth:`BlameProcessor.add_listener` or an extension). A blame is thus on
   disk before its spans leave and their write-ahead log rows are deleted, so a crash at any moment
   loses no blame that reached downstream;
-- *queued* ones, called on the bus thread after that: cross-run counting, repeated-culprit alerting
-  and its webhook.
+- *queued* ones, called on the bus thread after that: cross-run counting, the new-pattern and
+  pattern-surge alerts, repeated-culprit alerting, and their webhook.
 
 The keeping and queued listeners hear only the verdicts that carry a trajectory or a blame (most
 successes carry neither: their outcome is all there is, and the inline listeners count it).
@@ -36,9 +36,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from otel_blame.alerting.metrics import CulpritMetrics
+from otel_blame.alerting.patterns import PatternAlertDetector
 from otel_blame.alerting.repeated import RepeatedCulpritDetector
 from otel_blame.alerting.webhook import WebhookNotifier
 from otel_blame.attribution.result import Attribution
+from otel_blame.patterns import Cause, Known, PatternDefinition
 from otel_blame.processor.batching import BatchingWorker
 from otel_blame.processor.config import AlertingConfig, CrossRunConfig
 from otel_blame.processor.counters import Counters
@@ -59,6 +61,7 @@ class FinishedAttribution:
     outcome: str
     finished_at_unix: float
     late: bool  # True: from a late verdict (a ``blame {agent}`` span), False: written onto the trace
+    pattern: PatternDefinition | None = None  # the failure pattern it falls into (patterns on)
 
 
 AttributionListener = Callable[[FinishedAttribution], None]
@@ -78,6 +81,14 @@ class TraceVerdict:
     finished_at_unix: float = 0.0
     replayed: bool = False  # its trace (or deferred job) came back from the write-ahead log on start
     listened: Trajectory | None = None  # with a blame: the trajectory redacted, for the blame listeners
+    cause: Cause | None = None  # with a blame and patterns on: what it says about its cause
+    pattern: Known | None = None  # ... and the failure pattern that cause falls into (``blame.pattern``)
+
+    @property
+    def pattern_definition(self) -> PatternDefinition | None:
+        if self.cause is None or self.pattern is None:
+            return None
+        return PatternDefinition.of(self.pattern, self.cause)
 
     @property
     def failed(self) -> bool:
@@ -109,6 +120,13 @@ class MetricsListener:
             self._metrics.record_trace(verdict.outcome, blamed)
             if verdict.attribution is not None:
                 self._metrics.record_attribution(verdict.attribution, verdict.service)
+            if verdict.cause is not None and verdict.pattern is not None:
+                self._metrics.record_pattern(
+                    verdict.service,
+                    verdict.cause.signature.workflow,
+                    verdict.pattern.id,
+                    verdict.pattern.first_seen,
+                )
 
 
 class AlertingListener:
@@ -138,6 +156,34 @@ class AlertingListener:
             )
             if self._notifier is not None:
                 self._notifier.notify(alert)
+
+
+class PatternAlertingListener:
+    """Queued: the new-pattern and pattern-surge alerts (:mod:`otel_blame.alerting.patterns`) and their
+    webhook. A workflow's undecided group is not a pattern, and alerts nothing."""
+
+    def __init__(self, config: AlertingConfig, counters: Counters, notifier: WebhookNotifier | None) -> None:
+        self._detector = PatternAlertDetector(config.new_pattern, config.pattern_surge)
+        self._counters = counters
+        self._notifier = notifier
+
+    def on_verdicts(self, verdicts: Sequence[TraceVerdict]) -> None:
+        for verdict in verdicts:
+            definition = verdict.pattern_definition
+            if definition is None or verdict.cause is None or verdict.cause.undecided:
+                continue
+            for alert in self._detector.observe(
+                verdict.service,
+                definition.workflow,
+                definition.id,
+                definition.title,
+                definition.first_seen or verdict.finished_at_unix,
+                verdict.trace_id,
+            ):
+                self._counters.add("pattern_alerts")
+                log.warning("%s: %d runs of service %r", alert.subject, alert.count, verdict.service)
+                if self._notifier is not None:
+                    self._notifier.notify(alert)
 
 
 class CrossRunCounter:
@@ -190,6 +236,7 @@ class BlameListeners:
                 outcome=Outcome.FAILURE.value,
                 finished_at_unix=verdict.finished_at_unix,
                 late=verdict.late,
+                pattern=verdict.pattern_definition,
             )
             for verdict in verdicts
             if verdict.attribution is not None and verdict.listened is not None

@@ -16,8 +16,10 @@ Extension points: ``http_routes`` (Starlette routes or mounts added to the HTTP 
 behind the same bearer token), ``listeners`` / :meth:`BlameProcessor.add_listener` (called with
 each blame, see :mod:`.listeners`), and ``extensions``: callables run at start with the listener
 and route lists and the culprit metrics, which may add to them and return what to close on stop
-(and where already-stored blames are read). ``otel-blame serve`` plugs the blame store and the
-web UI in this way (:mod:`otel_blame.commands.serve`); the processor itself knows neither.
+(and where already-stored blames are read; what they return may also offer shared cross-run
+statistics, ``shared_cross_run``, and a pattern book, ``pattern_book``). ``otel-blame serve``
+plugs the blame store and the web UI in this way (:mod:`otel_blame.commands.serve`); the processor
+itself knows neither.
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ from otel_blame.processor.listeners import (
     BlameListeners,
     CrossRunCounter,
     MetricsListener,
+    PatternAlertingListener,
     VerdictBus,
     VerdictListener,
 )
+from otel_blame.processor.patterns import FILE_NAME as PATTERNS_FILE
+from otel_blame.processor.patterns import LocalPatternBook, PatternBook
 from otel_blame.processor.receivers import GRPCReceiver, HTTPReceiver
 from otel_blame.processor.retention import RetainedTraces
 from otel_blame.processor.shards import ReceivingProcesses
@@ -95,7 +100,9 @@ class BlameProcessor:
         extensions: Sequence[Extension] = (),
     ) -> None:
         self.config = config
-        self.metrics = metrics or CulpritMetrics(count_undecided=config.alerting.count_undecided)
+        self.metrics = metrics or CulpritMetrics(
+            count_undecided=config.alerting.count_undecided, max_patterns=config.patterns.max_series
+        )
         self.counters = Counters()
         self._redactor = redactor or Redactor()
         self._enricher = enricher or BlameEnricher()
@@ -113,6 +120,7 @@ class BlameProcessor:
         self._exporter: OTLPExporter | None = None
         self._notifier: WebhookNotifier | None = None
         self._cross_run: CrossRunStatistics | None = None
+        self._patterns: PatternBook | None = None
         self._bus: VerdictBus | None = None
         self._analysis: AnalysisStage | None = None
         self._export: EnrichExportStage | None = None
@@ -216,6 +224,9 @@ class BlameProcessor:
             except (OSError, sqlite3.Error) as error:
                 raise ConfigError(f"cross_run: cannot open its statistics: {error}") from None
             queued.append(CrossRunCounter(self._cross_run, config.cross_run, self.counters))
+        if config.patterns.enabled:
+            self._patterns = self._pattern_book()
+            queued.append(PatternAlertingListener(config.alerting, self.counters, self._notifier))
         queued.append(AlertingListener(config.alerting, self.counters, self._notifier))
         bus = self._bus = VerdictBus(
             inline=[MetricsListener(self.metrics, self.counters)],
@@ -240,6 +251,7 @@ class BlameProcessor:
             wal=wal,
             enricher=self._enricher,
             cross_run=self._cross_run,
+            patterns=self._patterns,
         )
         self._late = LateVerdicts(
             assembler=self._assembler,
@@ -256,6 +268,19 @@ class BlameProcessor:
             wal, config.wal, stage, exporter, self.counters, self._detector.failure_reason, analysis.resume
         )
         stage.start()
+
+    def _pattern_book(self) -> PatternBook:
+        """The book an extension offers (a blame store: every replica sharing it assigns the same
+        patterns, and the UI reads them), else SQLite next to the write-ahead log."""
+        config = self.config
+        for attached in self._attachments:
+            offer = getattr(attached, "pattern_book", None)
+            if offer is not None and (book := offer(config.patterns)) is not None:
+                return book
+        try:
+            return LocalPatternBook(config.patterns, config.patterns.path or config.wal.dir / PATTERNS_FILE)
+        except (OSError, sqlite3.Error) as error:
+            raise ConfigError(f"patterns: cannot open the pattern book: {error}") from None
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop receiving, complete and analyse every buffered trace, flush downstream; True only when
@@ -311,6 +336,9 @@ class BlameProcessor:
         if self._cross_run is not None:
             self._cross_run.close()
             self._cross_run = None
+        if self._patterns is not None:
+            self._patterns.close()
+            self._patterns = None
         for attached in self._attachments:
             attached.close()
         self._attachments = []

@@ -43,7 +43,9 @@ from sqlalchemy.exc import DisconnectionError, IntegrityError, OperationalError,
 
 from otel_blame.alerting.metrics import BlameSeries, CulpritLabels, counted_agent, culprit_labels
 from otel_blame.attribution.known_answer import same_agent
+from otel_blame.patterns import PatternDefinition, PatternReport, PatternRun, build_report
 from otel_blame.store.config import StoreConfig
+from otel_blame.store.patterns import definition_of, definition_row, keep_patterns
 from otel_blame.store.records import (
     CulpritCount,
     CulpritReport,
@@ -53,7 +55,7 @@ from otel_blame.store.records import (
     StoredRun,
     base_method,
 )
-from otel_blame.store.schema import culprit_counts, failures, metadata
+from otel_blame.store.schema import culprit_counts, failures, metadata, patterns
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ _SUMMARY_COLUMNS = (
     failures.c.attributed_at_ms,
     failures.c.steps,
     failures.c.source,
+    failures.c.pattern,
 )
 
 
@@ -113,6 +116,7 @@ def _row(run: StoredRun) -> dict[str, Any]:
         "size_bytes": len(record.encode("utf-8")),
         "record": record,
         "source": run.source[:512],
+        "pattern": run.pattern,
     }
 
 
@@ -215,6 +219,7 @@ class BlameStore:
             "source": "source VARCHAR(512) NOT NULL DEFAULT ''",
             # verdicts kept before blame.decided existed were shown and counted as decided
             "decided": f"decided BOOLEAN NOT NULL DEFAULT {yes}",
+            "pattern": "pattern VARCHAR(16)",
         }
         for name, definition in added.items():
             if name not in present:
@@ -252,6 +257,7 @@ class BlameStore:
                     todo = self._not_kept(connection, rows) if skip_if_kept else range(len(rows))
                     if todo:
                         self._write_rows(connection, [rows[i] for i in todo])
+                        self._keep_definitions(connection, [runs[i] for i in todo])
                         if count_as is not None:
                             blames = Counter(
                                 culprit_labels(runs[i].service, runs[i].agent, runs[i].method)
@@ -285,6 +291,16 @@ class BlameStore:
                 delete(failures).where(failures.c.trace_id.in_(trace_ids[start : start + _IN_CHUNK]))
             )
         connection.execute(insert(failures), list(latest.values()))
+
+    @staticmethod
+    def _keep_definitions(connection: Connection, runs: Sequence[StoredRun]) -> None:
+        """The patterns the runs fall into, kept if the pattern book has not kept them (it could not:
+        the store was down when it assigned them)."""
+        named = {run.pattern_definition.id: run.pattern_definition for run in runs if run.pattern_definition}
+        if not named:
+            return
+        kept = set(connection.execute(select(patterns.c.id).where(patterns.c.id.in_(list(named)))).scalars())
+        keep_patterns(connection, [definition_row(d) for i, d in named.items() if i not in kept])
 
     @staticmethod
     def _not_kept(connection: Connection, rows: list[dict[str, Any]]) -> list[int]:
@@ -394,6 +410,11 @@ class BlameStore:
             ).rowcount
             # counters no blame touched within the age bound (e.g. of a replica long gone)
             connection.execute(delete(culprit_counts).where(culprit_counts.c.updated_at_ms < cutoff))
+            # patterns older than the age bound that no kept failure falls into any more
+            named = select(failures.c.pattern).where(failures.c.pattern.is_not(None)).distinct()
+            connection.execute(
+                delete(patterns).where(patterns.c.first_seen_ms < cutoff, patterns.c.id.not_in(named))
+            )
             total = connection.execute(select(func.coalesce(func.sum(failures.c.size_bytes), 0))).scalar_one()
             excess = int(total) - self.config.max_bytes
             while excess > 0:
@@ -425,9 +446,11 @@ class BlameStore:
         until: float | None = None,
         limit: int = 50,
         offset: int = 0,
+        pattern: str | None = None,
     ) -> FailurePage:
         """Newest first; ``method`` matches the base method (``heuristic`` also finds fallbacks);
-        ``agent`` matches case- and space-insensitively (``websurfer`` finds ``WebSurfer``)."""
+        ``agent`` matches case- and space-insensitively (``websurfer`` finds ``WebSurfer``);
+        ``pattern``: the failures of one failure pattern."""
         limit = max(1, min(limit, MAX_PAGE))
         offset = max(0, offset)
         self._ensure_schema()
@@ -438,6 +461,8 @@ class BlameStore:
             conditions.append(failures.c.service == service)
         if method:
             conditions.append(failures.c.method_base == base_method(method))
+        if pattern:
+            conditions.append(failures.c.pattern == pattern)
         if since is not None:
             conditions.append(failures.c.attributed_at_ms >= int(since * 1000))
         if until is not None:
@@ -469,6 +494,7 @@ class BlameStore:
                 attributed_at=row.attributed_at_ms / 1000,
                 steps=row.steps,
                 source=row.source,
+                pattern=row.pattern,
             )
             for row in rows
         ]
@@ -507,6 +533,86 @@ class BlameStore:
         self._ensure_schema()
         with self.engine.connect() as connection:
             return int(connection.execute(select(func.count()).select_from(failures)).scalar_one())
+
+    def pattern_definitions(self, ids: Sequence[str] | None = None) -> dict[str, PatternDefinition]:
+        """The kept patterns (``ids``: those only)."""
+        self._ensure_schema()
+        query = select(
+            patterns.c.id, patterns.c.signature, patterns.c.kind, patterns.c.gist, patterns.c.first_seen_ms
+        )
+        found: dict[str, PatternDefinition] = {}
+        with self.engine.connect() as connection:
+            chunks = (
+                [None] if ids is None else [ids[i : i + _IN_CHUNK] for i in range(0, len(ids), _IN_CHUNK)]
+            )
+            for chunk in chunks:
+                where = query if chunk is None else query.where(patterns.c.id.in_(list(chunk)))
+                for row in connection.execute(where.order_by(patterns.c.seq)):
+                    found[row[0]] = definition_of(*row)
+        return found
+
+    def pattern_runs(
+        self, since: float, until: float
+    ) -> tuple[list[PatternRun], dict[str, PatternDefinition], list[StoredRun]]:
+        """The processor's failures of the window as the patterns report counts them, the definitions
+        of their patterns, and the failures kept before patterns existed (no pattern; whole records)."""
+        self._ensure_schema()
+        in_window = (
+            failures.c.attributed_at_ms >= int(since * 1000),
+            failures.c.attributed_at_ms <= int(until * 1000),
+            failures.c.source == "",
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(
+                    failures.c.trace_id,
+                    failures.c.pattern,
+                    failures.c.agent,
+                    failures.c.attributed_at_ms,
+                    failures.c.decided,
+                ).where(*in_window, failures.c.pattern.is_not(None))
+            ).all()
+            older = connection.execute(
+                select(failures.c.record).where(*in_window, failures.c.pattern.is_(None))
+            ).scalars()
+            unpatterned = [StoredRun.model_validate_json(record) for record in older]
+        runs = [PatternRun(row[0], row[1], row[2], row[3] / 1000, bool(row[4])) for row in rows]
+        return runs, self.pattern_definitions(sorted({run.pattern for run in runs})), unpatterned
+
+    def patterns(
+        self,
+        window_seconds: float,
+        *,
+        now: float | None = None,
+        buckets: int = 24,
+        limit: int | None = None,
+    ) -> PatternReport:
+        """The failure patterns of the window, most runs first, with their runs per bucket, the agents
+        and dependencies they span and example runs; the workflows' undecided groups apart, with the
+        candidates of their example runs. Files attributed in the UI, and failures kept before
+        patterns existed, are not counted (``otel-blame patterns`` groups those too)."""
+        until = time.time() if now is None else now
+        since = until - window_seconds
+        runs, definitions, _ = self.pattern_runs(since, until)
+        report = build_report(runs, definitions, since=since, until=until, buckets=buckets, limit=limit)
+        self.add_candidates(report)
+        return report
+
+    def add_candidates(self, report: PatternReport) -> None:
+        """The suspects of the undecided groups' example runs, read from their records."""
+        examples = [example.trace_id for group in report.undecided for example in group.examples]
+        if not examples:
+            return
+        with self.engine.connect() as connection:
+            records = dict(
+                connection.execute(
+                    select(failures.c.trace_id, failures.c.record).where(failures.c.trace_id.in_(examples))
+                ).all()
+            )
+        for group in report.undecided:
+            for example in group.examples:
+                if example.trace_id in records:
+                    example.candidates = list(_candidates(records[example.trace_id]))
 
     def culprits(
         self,
@@ -618,6 +724,12 @@ class BlameStore:
                 for c in culprits
             ],
         )
+
+
+def _candidates(record: str) -> tuple[str, ...]:
+    """The suspects of a stored undecided verdict, best first (from its record)."""
+    run = StoredRun.model_validate_json(record)
+    return tuple(dict.fromkeys(candidate.agent for candidate in run.candidates))
 
 
 def open_store(config: StoreConfig | None = None, *, wal_dir: Path | None = None) -> BlameStore:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from otel_blame.alerting.metrics import method_label
 from otel_blame.attribution.result import Attribution, Candidate, Cost
 from otel_blame.loaders import Annotation
+from otel_blame.patterns import PatternDefinition
 from otel_blame.redaction import Redactor
 from otel_blame.trajectory import Trajectory
 
@@ -41,6 +42,7 @@ class FailureSummary(_Model):
         default="",
         description="empty for a processor's blame; 'upload: <name>' for a file attributed in the UI",
     )
+    pattern: str | None = Field(default=None, description="blame.pattern: its failure pattern's id")
 
 
 class StoredRun(FailureSummary):
@@ -56,10 +58,20 @@ class StoredRun(FailureSummary):
     dependency: str | None = None
     failure_mode: str | None = None
     cross_run_suspiciousness: float | None = None
+    pattern_definition: PatternDefinition | None = Field(
+        default=None, description="what its failure pattern is (the pattern's signature and gist)"
+    )
     annotation: Annotation | None = Field(
         default=None, description="the known answer an uploaded file carried (Who&When mistake_agent/step)"
     )
     trajectory: Trajectory
+
+    @model_validator(mode="after")
+    def _pattern_named(self) -> StoredRun:
+        """``pattern`` is the id of ``pattern_definition``."""
+        if self.pattern_definition is not None:
+            self.pattern = self.pattern_definition.id
+        return self
 
     def summary(self) -> FailureSummary:
         return FailureSummary.model_validate(self.model_dump(include=set(FailureSummary.model_fields)))
@@ -138,6 +150,7 @@ def build_run(
     redacted: bool = False,
     source: str = "",
     annotation: Annotation | None = None,
+    pattern: PatternDefinition | None = None,
 ) -> StoredRun:
     """The record of one attributed failure; its Trajectory redacted as it is for an external LLM.
     ``redacted=True``: the trajectory already was (the processor's listeners get it so), and is kept
@@ -169,5 +182,6 @@ def build_run(
         cross_run_suspiciousness=attribution.cross_run_suspiciousness,
         source=source,
         annotation=annotation,
+        pattern_definition=pattern,
         trajectory=kept,
     )

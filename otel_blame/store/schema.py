@@ -55,9 +55,26 @@ failures = Table(
         server_default="",
         doc="empty for a processor's blame; 'upload: <name>' for a file attributed in the UI",
     ),
+    Column("pattern", String(16), nullable=True, doc="blame.pattern: the failure pattern's id"),
     Index("ix_otel_blame_failures_time", "attributed_at_ms"),
     Index("ix_otel_blame_failures_agent", "agent", "attributed_at_ms"),
     Index("ix_otel_blame_failures_service", "service", "attributed_at_ms"),
+)
+
+# The failure patterns (otel_blame.patterns): each one's signature and the gist that opened it, in the
+# order they were opened (``seq``). The processor's pattern book files them under a hash of the
+# signature; every replica sharing the store reads and writes the same patterns.
+patterns = Table(
+    "otel_blame_patterns",
+    metadata,
+    Column("seq", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True, autoincrement=True),
+    Column("id", String(16), nullable=False, unique=True),
+    Column("signature_hash", String(32), nullable=False, doc="blake2b of the signature's key"),
+    Column("signature", Text, nullable=False, doc="the signature's key (JSON)"),
+    Column("kind", String(16), nullable=False, doc="cause, or undecided (a workflow's undecided group)"),
+    Column("gist", Text, nullable=False),
+    Column("first_seen_ms", BigInteger, nullable=False, doc="unix milliseconds"),
+    Index("ix_otel_blame_patterns_signature", "signature_hash", "seq"),
 )
 
 # Monotonic blame counters: one row per (replica, service, agent, method), incremented in the same

@@ -56,12 +56,14 @@ from otel_blame.ui.views import (
     parse_duration,
     run_view,
     shorten,
+    sparkline_points,
 )
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 _TRACE_ID = re.compile(r"^[0-9a-fA-F]{1,64}$")
 PAGE_SIZE = 50
+PATTERNS_SHOWN = 50  # patterns on the page (and by default in the API), most runs first
 
 
 class BadQuery(ValueError):
@@ -143,6 +145,7 @@ class BlameUI:
             Route("/ui/runs/{trace_id}", page(self.run_page), methods=["GET"]),
             Route("/ui/runs/{trace_id}/steps/{index:int}", page(self.step_page), methods=["GET"]),
             Route("/ui/culprits", page(self.culprits_page), methods=["GET"]),
+            Route("/ui/patterns", page(self.patterns_page), methods=["GET"]),
             Route("/ui/attribute", page(self.attribute_page), methods=["GET", "POST"]),
             Route("/ui/login", self._open(self.login_page), methods=["GET", "POST"]),
             Route("/ui/logout", self._open(self.logout), methods=["POST"]),
@@ -151,6 +154,7 @@ class BlameUI:
             Route("/api/runs/{trace_id}", api(self.api_run), methods=["GET"]),
             Route("/api/attribute", api(self.api_attribute), methods=["POST"]),
             Route("/api/culprits", api(self.api_culprits), methods=["GET"]),
+            Route("/api/patterns", api(self.api_patterns), methods=["GET"]),
         ]
 
     def _finish(self, request: Request, response: Response) -> Response:
@@ -246,7 +250,9 @@ class BlameUI:
         now = time.time()
         query = request.query_params
         page = _int(request, "page", 1, 1, 100_000)
-        filters = {key: query.get(key, "").strip() for key in ("agent", "service", "method", "since")}
+        filters = {
+            key: query.get(key, "").strip() for key in ("agent", "service", "method", "since", "pattern")
+        }
         since = _since(filters["since"], now)
         result = await run_in_threadpool(
             self.store.failures,
@@ -256,6 +262,7 @@ class BlameUI:
             since=since,
             limit=PAGE_SIZE,
             offset=(page - 1) * PAGE_SIZE,
+            pattern=filters["pattern"] or None,
         )
         choices = await run_in_threadpool(self.store.distinct_values)
         pages = max(1, math.ceil(result.total / PAGE_SIZE))
@@ -335,6 +342,20 @@ class BlameUI:
             plot=culprits_plot(report),
             window=window_text,
             windows=list(WINDOWS),
+        )
+
+    async def patterns_page(self, request: Request) -> Response:
+        window_text = request.query_params.get("window") or "24h"
+        window = _window(window_text)
+        report = await run_in_threadpool(self.store.patterns, window, limit=PATTERNS_SHOWN)
+        return self._render(
+            request,
+            "patterns.html",
+            active="patterns",
+            report=report,
+            window=window_text,
+            windows=list(WINDOWS),
+            spark=sparkline_points,
         )
 
     def _methods(self) -> list[str]:
@@ -485,6 +506,7 @@ class BlameUI:
             since=_since(query.get("since"), time.time()),
             limit=_int(request, "limit", PAGE_SIZE, 1, 500),
             offset=_int(request, "offset", 0, 0, 10_000_000),
+            pattern=query.get("pattern") or None,
         )
         return JSONResponse(result.model_dump(mode="json"))
 
@@ -502,6 +524,13 @@ class BlameUI:
         report = await run_in_threadpool(
             self.store.culprits, window, buckets=buckets, count_undecided=count_undecided
         )
+        return JSONResponse(report.model_dump(mode="json"))
+
+    async def api_patterns(self, request: Request) -> Response:
+        window = _window(request.query_params.get("window") or "24h")
+        buckets = _int(request, "buckets", 24, 1, 240)
+        limit = _int(request, "limit", PATTERNS_SHOWN, 1, 1000)
+        report = await run_in_threadpool(self.store.patterns, window, buckets=buckets, limit=limit)
         return JSONResponse(report.model_dump(mode="json"))
 
     async def api_attribute(self, request: Request) -> Response:

@@ -20,11 +20,13 @@ from typing import Any, Protocol
 
 from otel_blame.alerting.metrics import BlameSeries
 from otel_blame.attribution.result import Attribution
+from otel_blame.patterns import PatternDefinition
 from otel_blame.store.blame_store import BlameStore, CountAs, open_store
 from otel_blame.store.config import StoreConfig
 from otel_blame.store.cross_run import SharedCrossRunStatistics
 from otel_blame.store.outbox import FILE_NAME as OUTBOX_FILE
 from otel_blame.store.outbox import BlameOutbox, DurableBlameWriter
+from otel_blame.store.patterns import StorePatternBook
 from otel_blame.store.records import StoredRun, build_run
 from otel_blame.trajectory import Trajectory
 from otel_blame.ui.app import BlameUI
@@ -41,6 +43,7 @@ class FinishedAttributionLike(Protocol):
     trajectory: Trajectory
     attribution: Attribution
     finished_at_unix: float
+    pattern: PatternDefinition | None
 
 
 class StoreWriter:
@@ -69,6 +72,7 @@ class StoreWriter:
                 service=finished.service,
                 attributed_at=finished.finished_at_unix,
                 redacted=True,  # by the processor's own redactor, before the listeners were called
+                pattern=getattr(finished, "pattern", None),
             )
             for finished in batch
         ]
@@ -106,6 +110,13 @@ class ProcessorUI:
             max_workflows=config.max_workflows,
             max_agents_per_workflow=config.max_agents_per_workflow,
             max_components_per_agent=config.max_components_per_agent,
+        )
+
+    def pattern_book(self, config: Any) -> StorePatternBook:
+        """The failure patterns kept in the store (``config``: the processor's ``patterns`` section):
+        every replica sharing the store assigns the same patterns, and the web UI shows them."""
+        return StorePatternBook(
+            self.store.engine, similarity=config.similarity, max_per_signature=config.max_per_signature
         )
 
     def stored_blame(self, trace_id: str) -> StoredRun | None:

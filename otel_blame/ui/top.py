@@ -1,4 +1,5 @@
-"""``otel-blame top``: the culprit leaderboard of a running processor or a store file, in the terminal."""
+"""``otel-blame top``: the culprit leaderboard (or, ``--by pattern``, the failure patterns) of a running
+processor or a store file, in the terminal; and the patterns table ``otel-blame patterns`` prints."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from otel_blame.patterns import PatternReport, PatternSummary
 from otel_blame.store.records import CulpritCount, CulpritReport
 from otel_blame.terminal import fit_name
 from otel_blame.ui.views import parse_duration
@@ -31,6 +33,8 @@ class CulpritSource(Protocol):
 
     def fetch(self, since: str, count_undecided: bool) -> CulpritReport: ...
 
+    def fetch_patterns(self, since: str) -> PatternReport: ...
+
 
 class server_culprits:  # noqa: N801 - reads as the function it stands in for
     """A processor's or an ``otel-blame ui`` server's ``/api/culprits``."""
@@ -42,8 +46,14 @@ class server_culprits:  # noqa: N801 - reads as the function it stands in for
         self._timeout = timeout
 
     def fetch(self, since: str, count_undecided: bool) -> CulpritReport:
-        url = self._url
         params = {"window": since, "undecided": "1" if count_undecided else "0"}
+        return self._get(self._url, params, CulpritReport, "a culprit report")
+
+    def fetch_patterns(self, since: str) -> PatternReport:
+        url = self._url.removesuffix("/api/culprits") + "/api/patterns"
+        return self._get(url, {"window": since}, PatternReport, "a patterns report")
+
+    def _get(self, url: str, params: dict[str, str], model, what: str):  # noqa: ANN001, ANN202
         try:
             response = httpx.get(url, params=params, headers=self._headers, timeout=self._timeout)
         except httpx.HTTPError as error:
@@ -53,9 +63,9 @@ class server_culprits:  # noqa: N801 - reads as the function it stands in for
         if response.status_code != 200:
             raise TopError(f"{url} answered {response.status_code}: {response.text[:200]}")
         try:
-            return CulpritReport.model_validate_json(response.content)
+            return model.model_validate_json(response.content)
         except ValueError as error:
-            raise TopError(f"{url} did not answer a culprit report: {error}") from None
+            raise TopError(f"{url} did not answer {what}: {error}") from None
 
 
 class StoreCulprits:
@@ -75,6 +85,12 @@ class StoreCulprits:
     def fetch(self, since: str, count_undecided: bool) -> CulpritReport:
         try:
             return self._store.culprits(parse_duration(since), count_undecided=count_undecided)
+        except Exception as error:
+            raise TopError(f"{self.name}: {type(error).__name__}: {error}") from None
+
+    def fetch_patterns(self, since: str) -> PatternReport:
+        try:
+            return self._store.patterns(parse_duration(since))
         except Exception as error:
             raise TopError(f"{self.name}: {type(error).__name__}: {error}") from None
 
@@ -204,6 +220,81 @@ def _ago(seconds: int, narrow: bool) -> str:
     return value if narrow else f"{value} ago"
 
 
+def render_patterns(
+    report: PatternReport,
+    source: str,
+    since: str | None,
+    limit: int = 20,
+    width: int = 120,
+    live: bool = False,
+) -> Group:
+    """The failure patterns, most runs first, fitting ``width`` columns: at 80 a pattern's id, what it
+    is (wrapped at words), its runs, a sparkline and when it was last seen; wider, also its workflow,
+    first sighting and agents. Then how many undecided runs no pattern counts."""
+    narrow = width < 110
+    table = _patterns_table(report.patterns[:limit], since, narrow)
+    undecided = (
+        f"; {report.undecided_runs} undecided runs in no pattern (nothing decided about their cause)"
+        if report.undecided_runs
+        else ""
+    )
+    said = f"{report.total} runs in {len(report.patterns)} patterns{undecided} · {source}"
+    if live:
+        said += f" · updated {time.strftime('%H:%M:%S')} · Ctrl-C to quit"
+    footer = Text(said, style="dim")
+    if not report.patterns:
+        window = f" in the last {since}" if since else ""
+        return Group(Text(f"no failure pattern{window}", style="green"), footer)
+    return Group(table, footer)
+
+
+def _patterns_table(rows: list[PatternSummary], since: str | None, narrow: bool) -> Table:
+    spark = 12 if narrow else 24
+    table = Table(
+        title=f"failure patterns over the last {since}" if since else "failure patterns",
+        title_justify="left",
+        expand=False,
+        box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+        pad_edge=not narrow,
+        collapse_padding=narrow,
+    )
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("pattern", no_wrap=True)
+    table.add_column("cause", min_width=20, ratio=1)
+    if not narrow:
+        table.add_column("workflow", no_wrap=True, max_width=28)
+    table.add_column("runs", justify="right", style="bold red", no_wrap=True)
+    table.add_column("over time", no_wrap=True, min_width=spark)
+    if not narrow:
+        table.add_column("first", justify="right", no_wrap=True)
+        table.add_column("agents", no_wrap=True, max_width=24)
+    table.add_column("last", justify="right", no_wrap=True)
+    now = time.time()
+    for position, pattern in enumerate(rows, start=1):
+        cells = [str(position), pattern.id, pattern.title]
+        if not narrow:
+            cells.append(fit_name(f"{pattern.service or '-'}/{pattern.workflow}", 28))
+        cells += [str(pattern.count), _sparkline(fit_buckets(pattern.series, spark))]
+        if not narrow:
+            cells.append(_age(now - pattern.first_seen))
+            cells.append(fit_name(", ".join(f"{a} {n}" for a, n in list(pattern.agents.items())[:3]), 24))
+        cells.append(_age(now - pattern.last_seen))
+        table.add_row(*cells)
+    return table
+
+
+def _age(seconds: float) -> str:
+    """How long ago, in the largest unit that keeps it short: 45 s, 12 min, 5 h, 3 d."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 120 * 60:
+        return f"{seconds // 60} min"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
 def run_top(
     source: CulpritSource,
     since: str,
@@ -211,16 +302,26 @@ def run_top(
     interval: float,
     once: bool,
     console: Console | None = None,
+    by: str = "agent",
 ) -> None:
     console = console or Console()
+
+    def view(live: bool) -> Group:
+        if by == "pattern":
+            return render_patterns(
+                source.fetch_patterns(since), source.name, since, width=console.width, live=live
+            )
+        return render(
+            source.fetch(since, count_undecided), source.name, since, width=console.width, live=live
+        )
+
     if once:
-        console.print(render(source.fetch(since, count_undecided), source.name, since, width=console.width))
+        console.print(view(False))
         return
     with Live(console=console, refresh_per_second=4, screen=False) as live:
         while True:
             try:
-                report = source.fetch(since, count_undecided)
-                live.update(render(report, source.name, since, width=console.width, live=True))
+                live.update(view(True))
             except TopError as error:
                 live.update(Text(f"{error} (retrying every {interval:g} s)", style="yellow"))
             time.sleep(interval)

@@ -493,3 +493,28 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{text!r} is not a positive duration")
     return value
+
+
+@dataclass(frozen=True)
+class SparkBar:
+    x: float
+    y: float
+    width: float
+    height: float
+    count: int
+
+
+def sparkline_points(counts: list[int], width: float = 120, height: float = 24) -> list[SparkBar]:
+    """A sparkline's bars for runs per bucket: oldest at the left, the busiest bucket full height, an
+    empty bucket a hairline (so the time axis shows)."""
+    if not counts:
+        return []
+    peak = max(counts) or 1
+    slot = width / len(counts)
+    bars = []
+    for i, n in enumerate(counts):
+        tall = max(1.0, (height - 2) * n / peak) if n else 0.6
+        bars.append(
+            SparkBar(round(i * slot + 0.5, 2), round(height - tall, 2), round(slot - 1, 2), round(tall, 2), n)
+        )
+    return bars

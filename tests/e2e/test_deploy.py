@@ -195,12 +195,13 @@ def test_alert_rules_use_the_processor_metric_names():
         culprit_metrics.FALLBACKS_TOTAL,
         culprit_metrics.TRACES_TOTAL,
         culprit_metrics.LLM_TOKENS_TOTAL,
+        culprit_metrics.PATTERNS_TOTAL,
+        culprit_metrics.PATTERN_FIRST_SEEN,
     }
     used = {name for expr in exprs for name in re.findall(r"\b(otel_blame_[a-z_]+)\b", expr)}
     assert used and used <= known, f"rules use unknown metrics: {used - known}"
-    assert any(
-        rule.get("alert") == "RepeatedCulpritAgent" for group in rules["groups"] for rule in group["rules"]
-    )
+    alerts = {rule.get("alert") for group in rules["groups"] for rule in group["rules"]}
+    assert {"RepeatedCulpritAgent", "NewFailurePattern", "FailurePatternSurge"} <= alerts
 
 
 @pytest.mark.skipif(

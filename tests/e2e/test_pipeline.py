@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from otel_blame import semconv as sc
 from otel_blame.demo.scenario import TASKS, SpanCounter, run_tasks
 from otel_blame.instrumentation import configure, record_message, reset_configuration, set_outcome, task
+from otel_blame.patterns import is_pattern_id
 from tests.ports import reserve_port
 from tests.support import RecordedSpan, RecordingOTLPSink
 
@@ -108,6 +109,7 @@ def test_ag2_group_chat_through_collector_and_otel_blame_into_jaeger(group: Proc
             return None
         return trace
 
+    patterns: dict[str, set[str]] = {}
     for result in results:
         trace = wait_until(
             lambda r=result: whole(r.trace_id), timeout=60, what=f"all spans of {result.trace_id}"
@@ -134,8 +136,18 @@ def test_ag2_group_chat_through_collector_and_otel_blame_into_jaeger(group: Proc
         assert root_tags[sc.BLAME_METHOD].startswith("heuristic")
         agent_spans = [s for s in spans if sc.STEP_INDEX in jaeger_tags(s)]
         assert agent_spans and all(sc.BLAME_SCORE in jaeger_tags(s) for s in agent_spans)
+        # the failure pattern, on root and culprit alike
+        assert is_pattern_id(root_tags[sc.BLAME_PATTERN])
+        assert culprit_tags[sc.BLAME_PATTERN] == root_tags[sc.BLAME_PATTERN]
+        patterns.setdefault(root_tags[sc.BLAME_PATTERN], set()).add(result.trace_id)
         # the original attributes are untouched
         assert root_tags[sc.TASK_OUTCOME] == sc.OUTCOME_FAILURE
+
+    # Jaeger's tag search finds each pattern's traces by blame.pattern
+    assert patterns
+    for pattern, trace_ids in patterns.items():
+        found = jaeger.find_traces(service, tags={sc.BLAME_PATTERN: pattern})
+        assert {t["traceID"] for t in found} == trace_ids, pattern
 
 
 # --- scaled: load-balancing tier in front of two replicas ---------------------------------------

@@ -309,6 +309,16 @@ def test_blamed_traces_are_found_in_tempo_by_traceql_and_the_dashboard_queries_r
     assert evaluation[sc.GEN_AI_EVALUATION_SCORE_LABEL] == "culprit"
     assert evaluation[sc.GEN_AI_EVALUATION_EXPLANATION] == culprit_attrs[sc.BLAME_REASON]
     assert sc.BLAME_ASSIGNED_EVENT in events
+    # ... and its failure pattern: TraceQL finds the pattern's traces by blame.pattern
+    pattern = culprit_attrs[sc.BLAME_PATTERN]
+    same = tempo.search(f'{{ span.{sc.BLAME_PATTERN} = "{pattern}" && {service_filter} }}')
+    found_ids = {t["traceID"].rjust(32, "0") for t in same}
+    assert trace_id in found_ids and found_ids <= blamed
+    for other in sorted(found_ids)[:3]:
+        tagged = {
+            otlp_json_attributes(s.get("attributes", [])).get(sc.BLAME_PATTERN) for s in tempo.trace(other)
+        }
+        assert pattern in tagged
     # ... and TraceQL can select on the event, as GenAI-aware queries do
     by_event = tempo.search(
         f'{{ {service_filter} && event:name = "{sc.GEN_AI_EVALUATION_RESULT_EVENT}" '

@@ -6,16 +6,12 @@ received by a recording OTLP server downstream."""
 from __future__ import annotations
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_blame import semconv as sc
-from otel_blame.spans_to_trajectory import attributes_to_dict
+from otel_blame.conventions import attributes_to_dict
 
-from .spans import output_messages, record_agent_run
+from .spans import failing_search_run, record_agent_run
 
 
 def _send(endpoint: str, spans) -> None:  # noqa: ANN001
@@ -24,50 +20,6 @@ def _send(endpoint: str, spans) -> None:  # noqa: ANN001
         assert exporter.export(spans) == SpanExportResult.SUCCESS
     finally:
         exporter.shutdown()
-
-
-def _run_with_failing_search(status_code: int = 503) -> list[ReadableSpan]:
-    """Planner plans; Researcher's web_search tool calls an HTTP API that answers ``status_code``;
-    Researcher reports the failed search; Writer answers wrongly without the facts."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: "research-app"}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("tests")
-
-    def agent(name: str, text: str) -> None:
-        with tracer.start_as_current_span(sc.agent_span_name(name)) as span:
-            span.set_attribute(sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_AGENT)
-            span.set_attribute(sc.GEN_AI_AGENT_NAME, name)
-            span.set_attribute(sc.GEN_AI_OUTPUT_MESSAGES, output_messages(text))
-
-    result = f"Error: HTTPError: {status_code} Service Unavailable from search.example.com"
-    with tracer.start_as_current_span(sc.workflow_span_name("population")) as root:
-        root.set_attribute(sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_WORKFLOW)
-        root.set_attribute(sc.TASK_NAME, "population")
-        root.set_attribute(sc.TASK_INPUT, "What was the population of Lyon in 2020?")
-        root.set_attribute(sc.TASK_EXPECTED_OUTPUT, "522250")
-        agent("Planner", "Plan: Researcher searches the 2020 census figure for Lyon, Writer reports it.")
-        with tracer.start_as_current_span(sc.agent_span_name("Researcher")) as researcher:
-            researcher.set_attribute(sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_AGENT)
-            researcher.set_attribute(sc.GEN_AI_AGENT_NAME, "Researcher")
-            with tracer.start_as_current_span(sc.tool_span_name("web_search")) as tool:
-                tool.set_attribute(sc.GEN_AI_OPERATION_NAME, sc.OP_EXECUTE_TOOL)
-                tool.set_attribute(sc.GEN_AI_TOOL_NAME, "web_search")
-                with tracer.start_as_current_span("GET", kind=SpanKind.CLIENT) as http:
-                    http.set_attribute("http.request.method", "GET")
-                    http.set_attribute(sc.SERVER_ADDRESS, "search.example.com")
-                    http.set_attribute(sc.URL_FULL, "https://search.example.com/q?lyon+population")
-                    http.set_attribute(sc.HTTP_RESPONSE_STATUS_CODE, status_code)
-                    http.set_status(Status(StatusCode.ERROR))
-                tool.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, result)
-                tool.set_status(Status(StatusCode.ERROR, f"HTTP {status_code}"))
-            researcher.set_attribute(
-                sc.GEN_AI_OUTPUT_MESSAGES, output_messages(f"The search failed: {result}. No figure found.")
-            )
-        agent("Writer", "The population of Lyon in 2020 was about 500000.")
-        root.set_attribute(sc.TASK_OUTCOME, sc.OUTCOME_FAILURE)
-        root.set_status(Status(StatusCode.ERROR, "wrong answer"))
-    return list(memory.get_finished_spans())
 
 
 def _blamed(sink, spans) -> tuple[dict, dict]:  # noqa: ANN001
@@ -79,7 +31,7 @@ def _blamed(sink, spans) -> tuple[dict, dict]:  # noqa: ANN001
 
 def test_http_503_of_a_tool_makes_the_failure_a_dependency_one(sink, make_processor) -> None:  # noqa: ANN001
     processor = make_processor()
-    spans = _run_with_failing_search(503)
+    spans = failing_search_run(503)
     _send(processor.grpc_endpoint, spans)
     root, culprit = _blamed(sink, spans)
     assert root[sc.BLAME_AGENT] == "Researcher"  # the step that failed: still the trace's own
@@ -92,7 +44,7 @@ def test_http_503_of_a_tool_makes_the_failure_a_dependency_one(sink, make_proces
 
 def test_http_429_counts_and_a_4xx_does_not(sink, make_processor) -> None:  # noqa: ANN001
     processor = make_processor()
-    spans = _run_with_failing_search(429)
+    spans = failing_search_run(429)
     _send(processor.grpc_endpoint, spans)
     root, _ = _blamed(sink, spans)
     assert root[sc.BLAME_CATEGORY] == "dependency"
@@ -101,7 +53,7 @@ def test_http_429_counts_and_a_4xx_does_not(sink, make_processor) -> None:  # no
     from otel_blame.conventions import build_trajectory
     from otel_blame.conventions.otlp import sdk_spans_to_proto
 
-    built = build_trajectory(sdk_spans_to_proto(_run_with_failing_search(404))).trajectory
+    built = build_trajectory(sdk_spans_to_proto(failing_search_run(404))).trajectory
     # a 404 is the caller's request being wrong: only the tool span's own error status remains
     assert [(f.name, f.kind) for f in built.dependency_failures] == [("web_search", "tool_error")]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -70,3 +71,98 @@ def hostile_run(trace_id: str, attributed_at: float) -> StoredRun:
     )
     attribution = create_method("heuristic").attribute(trajectory)
     return build_run(trajectory, attribution, trace_id=trace_id, service="<svc>", attributed_at=attributed_at)
+
+
+# --- failure patterns ---------------------------------------------------------------------------------
+
+# (service, workflow, blamed step, agent, category, dependency, failure mode, decided, reasons, runs,
+#  hours ago of the oldest run) of a support desk and a research team: recurring causes, written several
+# ways (numbers, ids, clause order), a new one, one that undecided runs share, and undecided runs.
+PATTERN_CAUSES = (
+    ("support-desk", "refund", 2, "lookup", "dependency", "orders_api", None, True,
+     ("Step 2: orders_api failed (HTTP 503) on the call researcher relied on: a dependency, not the "
+      "agent's own output.",
+      "Step 2: orders_api failed (HTTP 502) on the call researcher relied on: a dependency, not the "
+      "agent's own output."), 16, 20.0),
+    ("support-desk", "refund", 3, "writer", "agent", None, None, True,
+     ("Step 3 by writer: it overrode what it was given; the final answer's value first appears here.",
+      "Step 3 by writer: the final answer's value first appears here; it overrode what it was given."),
+     10, 23.0),
+    ("support-desk", "refund", 4, "reviewer", "agent", None, "premature_termination", True,
+     ("Step 4 by reviewer: it stopped the run before any answer, with work still to do.",), 6, 0.8),
+    ("support-desk", "refund", 2, "lookup", "dependency", "payments_api", None, False,
+     ("Step 2: payments_api failed (timeout) on the call researcher relied on: a dependency.",), 4, 9.0),
+    ("support-desk", "refund", 3, "writer", "agent", None, None, False,
+     ("Step 3 by writer: a value first appears here.",), 7, 22.0),
+    ("research-agents", "market-report", 0, "planner", "specification", None, None, True,
+     ("Step 0 by planner: its plan left out part of what the task asks. Step 2 says the task or its "
+      "instructions were wrong: a specification problem.",), 8, 18.0),
+)  # fmt: skip
+
+
+def _desk_run(position: int, dependency: str | None, step: int) -> Trajectory:
+    order, amount = 1000 + 37 * position, 20 + position
+    call = f"tool_call {dependency or 'orders_api'}({{'id': {order}}})"
+    steps = [
+        Step(index=0, agent="planner", content=f"Plan: check order ORD-{order} and refund {amount} EUR."),
+        Step(index=1, agent="researcher", content=call),
+        Step(
+            index=2, agent="lookup", kind="tool", tool_name=dependency or "orders_api",
+            content="HTTP 503 Service Unavailable" if dependency else f"total {amount * 10} EUR",
+            is_error=bool(dependency),
+        ),
+        Step(index=3, agent="writer", content=f"We refund {amount * 10} EUR for order ORD-{order}."),
+        Step(index=4, agent="reviewer", content="Looks fine. TERMINATE" if step == 4 else "Looks fine."),
+    ]  # fmt: skip
+    task = Task(name=f"refund ORD-{order}", workflow="refund", input=f"Refund order ORD-{order}?")
+    return Trajectory(
+        task=task,
+        steps=steps,
+        outcome=Outcome.FAILURE,
+        trace_id=hashlib.md5(f"run {position}".encode()).hexdigest(),
+    )
+
+
+def pattern_runs(book, now: float) -> list[StoredRun]:  # noqa: ANN001 - a pattern book
+    """Runs of :data:`PATTERN_CAUSES`, oldest first, each assigned its pattern by ``book`` (as the
+    processor assigns them) and carrying its definition, as a blame the processor keeps does."""
+    from otel_blame.attribution.result import Attribution, Candidate
+    from otel_blame.patterns import PatternDefinition, cause_of
+
+    planned = []
+    for cause_number, cause in enumerate(PATTERN_CAUSES):
+        service, workflow, step, agent, category, dependency, mode, decided, reasons, count, oldest = cause
+        for run in range(count):
+            # later runs closer together: a cause getting worse
+            hours = oldest * (1 - run / count) ** 1.5 + 0.02
+            planned.append((now - hours * 3600, cause_number, run))
+    runs = []
+    for position, (at, cause_number, run) in enumerate(sorted(planned)):
+        service, workflow, step, agent, category, dependency, mode, decided, reasons, _, _ = PATTERN_CAUSES[
+            cause_number
+        ]
+        trajectory = _desk_run(position, dependency if category == "dependency" else None, step)
+        if workflow != "refund":
+            trajectory = trajectory.model_copy(update={"task": Task(name="market report", workflow=workflow)})
+        candidates = [
+            Candidate(step=step, agent=agent, score=0.4),
+            Candidate(step=0, agent="planner", score=0.3),
+        ]
+        verdict = Attribution(
+            agent=agent, step=step, confidence=0.8 if decided else 0.3, decided=decided,
+            reason=reasons[run % len(reasons)], method="ranker", category=category, dependency=dependency,
+            failure_mode=mode, candidates=[] if decided else candidates,
+        )  # fmt: skip
+        cause = cause_of(service, workflow, trajectory, verdict)
+        known = book.assign(cause, at)
+        runs.append(
+            build_run(
+                trajectory,
+                verdict,
+                trace_id=hashlib.md5(f"run {position}".encode()).hexdigest(),
+                service=service,
+                attributed_at=at,
+                pattern=PatternDefinition.of(known, cause),
+            )  # fmt: skip
+        )
+    return runs

@@ -459,8 +459,10 @@ def _atoms_read(graph: RunGraph) -> _AtomsReading:
     # a number is never an identifier: only the calls' arguments are checked against the numbers seen
     with_numbers = bool(calls)
     seen = set(atoms_of(graph.trajectory.task.input or "", with_numbers=with_numbers))
-    # what the agents had seen, as text (for one-word arguments); only runs that make calls keep it
-    history = [(graph.trajectory.task.input or "").lower()] if calls else []
+    # what the agents had seen, as text (for one-word arguments), the run's agents' names among it (a
+    # delegation names its coworker: no value made up); only runs that make calls keep it
+    known = [graph.trajectory.task.input or "", *graph.trajectory.agents]
+    history = [text.lower() for text in known] if calls else []
     found = _AtomsReading()
     identifiers, novel, contradicted = found.identifiers, found.novel_calls, found.contradicted
     candidates = set(graph.candidates)

@@ -83,6 +83,9 @@ def is_tool_call(span: ReadableSpan) -> bool:
     return (
         attributes.get(sc.OPENINFERENCE_SPAN_KIND) == sc.OPENINFERENCE_KIND_TOOL
         or attributes.get(sc.GEN_AI_OPERATION_NAME) == sc.OP_EXECUTE_TOOL
+        or attributes.get(sc.TRACELOOP_SPAN_KIND) == sc.TRACELOOP_KIND_TOOL
+        # OpenLLMetry's LlamaIndex workflow step that called a tool
+        or (attributes.get(sc.TRACELOOP_SPAN_KIND) == sc.TRACELOOP_KIND_TASK and "tool.name" in attributes)
     )
 
 
@@ -163,16 +166,19 @@ def assert_steps(trajectory: Trajectory, spans: Sequence[ReadableSpan], expected
             assert step.tool_name, step
 
 
-def assert_failed_search(trajectory: Trajectory, span: ReadableSpan, agent: str) -> None:
+def assert_failed_search(
+    trajectory: Trajectory, span: ReadableSpan, agent: str, tool_name: str = "web_search"
+) -> None:
     """The failed ``web_search`` span is one step: a failed tool step of the agent that called it,
-    with the exception and the arguments."""
+    with the exception and the arguments (the tool by the name the trace gives it: Semantic Kernel's
+    is ``{plugin}-web_search``)."""
     steps = [step for step in trajectory.steps if step.span_id == span_id(span)]
     assert len(steps) == 1, f"{len(steps)} steps from the failed search span"
     step = steps[0]
     assert (step.agent, step.kind, step.tool_name, step.is_error) == (
         agent,
         StepKind.TOOL,
-        "web_search",
+        tool_name,
         True,
     )
     assert TOOL_ERROR in step.content and QUERY in (step.arguments or ""), step

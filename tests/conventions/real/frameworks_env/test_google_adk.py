@@ -15,14 +15,8 @@ up has status ERROR, so the trace itself says the run failed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_blame import semconv as sc
 from otel_blame.trajectory import Outcome
@@ -40,39 +34,13 @@ MODEL = "openai/scripted-model"  # LiteLLM's provider prefix: an OpenAI-compatib
 CALL = f"generate_content {MODEL}"
 
 
-class _Forward(SpanProcessor):
-    """ADK traces through the global provider, which is set once per process: it forwards to the
-    processor of the test that is running."""
-
-    target: SpanProcessor | None = None
-
-    def on_start(self, span, parent_context=None) -> None:  # noqa: ANN001
-        if self.target is not None:
-            self.target.on_start(span, parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.target is not None:
-            self.target.on_end(span)
-
-
-_FORWARD = _Forward()
-_GLOBAL: list[TracerProvider] = []
-
-
 @pytest.fixture
-def instrumented(monkeypatch) -> Iterator[Capture]:  # noqa: ANN001
+def instrumented(global_capture, monkeypatch) -> Capture:  # noqa: ANN001
+    """ADK traces through the global provider."""
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     monkeypatch.setenv(sc.ENV_CAPTURE_MESSAGE_CONTENT, "SPAN_ONLY")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM would fetch its price list
-    if not _GLOBAL:
-        provider = TracerProvider(resource=Resource.create({sc.SERVICE_NAME: SERVICE}))
-        provider.add_span_processor(_FORWARD)
-        trace.set_tracer_provider(provider)
-        _GLOBAL.append(provider)
-    exporter = InMemorySpanExporter()
-    _FORWARD.target = SimpleSpanProcessor(exporter)
-    yield Capture(exporter, _GLOBAL[0])
-    _FORWARD.target = None
+    return global_capture
 
 
 def script() -> list[Reply]:
