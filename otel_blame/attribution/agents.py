@@ -9,7 +9,8 @@ copied from whom, checked by whom), never from what an agent is called:
   the best step, and how much more than its share of the steps the ranking gives it (``lift``);
 - its role: how much of the conversation it writes, when it arrives, whether it opens, answers or
   closes the run, whether it coordinates the others, how much it copies, whether it checks others'
-  work (testimony) or is checked (testified wrong), whether its calls or code failed;
+  work (testimony, talk of verifying) or is checked (testified wrong), whether its calls or code
+  failed;
 - how its words relate to the task, against the other agents' (an agent that drifts off the task).
 
 Task-givers (:mod:`otel_blame.attribution.roles`) are not candidates unless a later step says one
@@ -20,6 +21,7 @@ candidate agents, gives each agent's probability.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,7 +29,7 @@ from otel_blame.attribution.signals import content_words
 from otel_blame.trajectory import StepKind
 
 if TYPE_CHECKING:
-    from otel_blame.attribution.ranker import StepRows
+    from otel_blame.attribution.step_rows import StepRows
 
 AGENT_FEATURES: tuple[str, ...] = (
     "mass",
@@ -42,6 +44,7 @@ AGENT_FEATURES: tuple[str, ...] = (
     "coordinator",
     "copied",
     "testifies",
+    "verifies",
     "testified",
     "failed_calls",
     "on_task",
@@ -50,6 +53,8 @@ AGENT_FEATURES: tuple[str, ...] = (
     "only_agent",
 )
 TASK_WORDS_CHARS = 4000  # what is read of the task for its words
+# a message that checks others' work (read in its head, lower-cased): verifying, validating, reviewing
+_CHECKS = re.compile(r"\b(?:verif|validat|double-check|cross-check|review|confirm)\w*")
 AGENT_WORDS_CHARS = 1500  # of each message, for the agent's words
 
 
@@ -121,6 +126,7 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
             "coordinator": float(agent == coordinator),
             "copied": per_message * sum(rows.roles.copied[index] for index in written),
             "testifies": per_message * sum(1 for index in written if testimony.get(index)),
+            "verifies": per_message * sum(1 for index in written if _checks(rows, index)),
             "testified": max((testified_wrong.get(index, 0.0) for index in own), default=0.0),
             "failed_calls": float(any(index in failed for index in own)),
             "on_task": overlap[agent] - mean_overlap if task_words else 0.0,
@@ -131,6 +137,12 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
         table.append(row)
     ordered = {agent: sorted(by_agent[agent], key=lambda index: -probability[index]) for agent in agents}
     return AgentRows(agents=agents, rows=table, steps=ordered)
+
+
+def _checks(rows: StepRows, index: int) -> bool:
+    """Whether a message checks others' work (it speaks of verifying, validating, reviewing)."""
+    head = rows.reading.graph.texts[index][:AGENT_WORDS_CHARS].lower()
+    return _CHECKS.search(head) is not None
 
 
 def _overlap(task_words: set[str], rows: StepRows, written: list[int]) -> float:

@@ -1,21 +1,19 @@
-"""The offline default: a small trained ranker over every step's evidence, read causally.
+"""The offline default: a small trained ranker over every step's evidence, then over every agent.
 
-Per step it reads three kinds of evidence, all relative to the run itself (no agent names, role
-strings or absolute step numbers):
+1. **Steps.** Every candidate step's evidence (:mod:`otel_blame.attribution.step_rows`: structure,
+   failure signals, the causal reading) gets a linear score; one softmax over the run's steps ranks
+   failing dependencies and agent steps together. When the failure's path starts at a dependency the
+   run never got past, the verdict is ``category=dependency`` naming it, at the step whose call failed.
+2. **Agents.** Each candidate agent (task-givers are not, unless shown wrong) gets a linear score
+   over its share of that ranking and its part in the run (:mod:`otel_blame.attribution.agents`);
+   the most probable agent's best step is the decisive step (never the task as given).
+3. **Odds.** A logistic model of how often verdicts like this one were right on systems the model
+   never saw says whether the verdict is decided (``blame.decided``) and is its ``confidence``.
+4. **Failure mode.** The MAST mode the blamed agent's words and part support, where one stands out
+   (:mod:`otel_blame.attribution.modes`).
 
-- structure: where the step sits among the suspects (as a share of the run), what kind of step it is
-  (message, tool result, code output), whether it is its agent's first turn, how much of the run its
-  agent wrote, whether it is the coordinator's, whether it is an error;
-- the failure signals of :mod:`otel_blame.attribution.signals` (unweighted evidence);
-- the causal reading of :mod:`otel_blame.attribution.causal`: what first appears at the step, whether
-  it is on the failure's path, what it dropped or overrode, whether a result follows from its call,
-  whether a dependency failed there.
-
-A linear score per step (weights fitted offline by ``bench/train_ranker.py`` as a conditional logit:
-one softmax over the steps of a run) ranks failing dependencies and agent steps together: when the
-best step is a failing dependency, the verdict is ``category=dependency`` naming it, at the step
-whose call failed. The fitted model is a small JSON file shipped in the package (``ranker_model.json``)
-read with the standard library only. Deterministic; a fraction of a millisecond per step.
+Weights are fitted offline (``bench/train_ranker.py``, :mod:`otel_blame.training.ranker_fit`) and
+shipped as small JSON files read with the standard library only. Deterministic.
 """
 
 from __future__ import annotations
@@ -23,74 +21,31 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
 from otel_blame.attribution.agents import AgentRows, agent_rows
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.causal import read_causally
-from otel_blame.attribution.causal.reading import CAUSAL_FEATURES, CausalReading
+from otel_blame.attribution.modes import ModeModel
 from otel_blame.attribution.result import Attribution, Candidate, Cost
-from otel_blame.attribution.roles import Roles, read_roles
-from otel_blame.attribution.signals import SIGNALS, ScoringContext, Signal
-from otel_blame.attribution.systemic import failure_mode, specification_evidence
+from otel_blame.attribution.signals import SIGNALS
+from otel_blame.attribution.step_rows import (
+    EARLIEST_OF,
+    STRUCTURE_FEATURES,
+    StepRows,
+    step_rows,
+)
+from otel_blame.attribution.systemic import FAILURE_MODES, failure_mode, specification_evidence
 from otel_blame.trajectory import StepKind, Trajectory
 
 METHOD_NAME = "ranker"
 MODEL_FILE = "ranker_model.json"
 MAX_CANDIDATES = 5
 
-STRUCTURE_FEATURES: tuple[str, ...] = (
-    "relative_position",
-    "first_candidate",
-    "last_candidate",
-    "last_message",
-    "kind_tool",
-    "kind_code",
-    "task_statement",
-    "agent_first_turn",
-    "agent_share",
-    "coordinator",
-    "is_error",
-    "speaker_changed",
-    "actor",
-    "agent_turn",
-    "agent_arrival",
-    "copied",
-    "task_giver",
-    "delivers_task",
-)
-# the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
-# enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
-# reports, premature acceptance and the error signals cost more than they added; the causal reading
-# covers errors). Not the early-decision prior: it is position alone, and a fitted position prior is
-# what made the verdict a guess on runs whose failures sit elsewhere than the training data's
-RANKER_SIGNALS: tuple[Signal, ...] = tuple(
-    signal
-    for signal in SIGNALS
-    if signal.name in ("fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
-)
-SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
-# The decisive step is the *earliest* step whose content its inputs do not support: for each kind of
-# such evidence, whether a step is the first in its run to show it (later ones may only inherit it)
-EARLIEST_OF: tuple[str, ...] = (
-    "novel_value",
-    "novel_call_value",
-    "dropped_input",
-    "dropped_task",
-    "override",
-    "caused_failing_result",
-    "result_contradicts_call",
-    "input_found_lacking",
-    "signal_fabrication",
-    "answer_origin",
-    "testified_wrong",
-)
-EARLIEST_FEATURES: tuple[str, ...] = tuple(f"earliest_{name}" for name in EARLIEST_OF)
-FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES, *EARLIEST_FEATURES)
 _STRUCTURE = frozenset(STRUCTURE_FEATURES)
+MODE_BY_NUMBER: dict[str, str] = {number: name for name, (number, _, _) in FAILURE_MODES.items()}
 
 # what a person reads for the features that point at a step (the strongest contributions first)
 REASONS: dict[str, str] = {
@@ -187,6 +142,7 @@ class RankerModel:
     decided_threshold: float = 0.5
     agent: LinearScorer | None = None
     correctness: LinearScorer | None = None
+    modes: ModeModel | None = None  # the failure-mode model (shipped in a file of its own)
 
     @classmethod
     def from_dict(cls, data: dict) -> RankerModel:
@@ -221,6 +177,7 @@ class RankerModel:
 
     @classmethod
     def load(cls, path: Path | None = None) -> RankerModel:
+        """The packaged model (with the packaged failure-mode model), or the one at ``path``."""
         if path is None:
             return _packaged_model()
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
@@ -263,89 +220,7 @@ class RankerModel:
 @lru_cache(maxsize=1)
 def _packaged_model() -> RankerModel:
     text = resources.files("otel_blame.attribution").joinpath(MODEL_FILE).read_text(encoding="utf-8")
-    return RankerModel.from_dict(json.loads(text))
-
-
-@dataclass
-class StepRows:
-    """One run's candidate steps and their feature values (what the model scores)."""
-
-    trajectory: Trajectory
-    candidates: list[int]
-    rows: list[dict[str, float]]
-    reading: CausalReading
-    roles: Roles
-    coordinator: str | None = None  # the agent that directs the others, if any
-    whole_lowers: list[str | None] | None = None  # each step's whole text lower-cased, where at hand
-
-
-def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = None) -> StepRows:
-    """Read a run once: every candidate step's features (see the module docstring)."""
-    context = ScoringContext.build(trajectory)
-    whole_lowers = context.whole_lowers()  # (lower-cased once, for the reading and the verdict)
-    reading = read_causally(trajectory, whole_lowers=whole_lowers)
-    graph = reading.graph
-    roles = read_roles(trajectory, graph.texts)
-    by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
-    steps = trajectory.steps
-    candidates = graph.candidates
-    count = len(candidates)
-    last_message = max((i for i in candidates if steps[i].kind == StepKind.MESSAGE), default=None)
-    authored: dict[str, int] = {}
-    for index in candidates:
-        if steps[index].kind == StepKind.MESSAGE:
-            authored[steps[index].agent] = authored.get(steps[index].agent, 0) + 1
-    messages = sum(authored.values()) or 1
-    # each step's signal and causal evidence, in the order the features are listed (read from each
-    # feature's few steps, not by asking every feature about every step)
-    evidence: dict[int, list[tuple[str, float]]] = {}
-    for name, found in by_signal.items():
-        for index, value in found.items():
-            if value:
-                evidence.setdefault(index, []).append((f"signal_{name}", min(2.0, value)))
-    for name, found in reading.features.items():
-        for index, value in found.items():
-            evidence.setdefault(index, []).append((name, value))
-    seen: set[str] = set()
-    turns: dict[str, int] = {}
-    arrival: dict[str, int] = {}
-    rows = []
-    for position, index in enumerate(candidates):
-        step = steps[index]
-        row: dict[str, float] = {
-            "relative_position": position / (count - 1) if count > 1 else 0.0,
-            "first_candidate": float(position == 0),
-            "last_candidate": float(position == count - 1),
-            "last_message": float(index == last_message),
-            "kind_tool": float(step.kind == StepKind.TOOL),
-            "kind_code": float(step.kind == StepKind.CODE_EXECUTION),
-            "task_statement": float(index == graph.task_step),
-            "agent_first_turn": float(step.kind == StepKind.MESSAGE and step.agent not in seen),
-            "agent_share": authored.get(step.agent, 0) / messages,
-            "coordinator": float(context.coordinator is not None and step.agent == context.coordinator),
-            "is_error": float(step.is_error),
-            "speaker_changed": float(index > 0 and steps[index - 1].agent != step.agent),
-            "actor": float(index in context.actor_set),
-            "copied": roles.copied[index],
-            "task_giver": float(step.agent in roles.task_givers),
-            "delivers_task": float(index in roles.delivers_task),
-        }
-        if step.kind == StepKind.MESSAGE:
-            seen.add(step.agent)
-            arrival.setdefault(step.agent, len(arrival))
-            turns[step.agent] = turns.get(step.agent, 0) + 1
-            # the how-many-th turn of its agent, and the how-many-th agent to speak (as 1, 1/2, 1/3 ...)
-            row["agent_turn"] = 1.0 / turns[step.agent]
-            row["agent_arrival"] = 1.0 / (1 + arrival[step.agent])
-        row.update(evidence.get(index, ()))
-        if cross_run and index in cross_run:
-            row["cross_run"] = cross_run[index]
-        rows.append(row)
-    for name in EARLIEST_OF:
-        first = next((row for row in rows if row.get(name)), None)
-        if first is not None:
-            first[f"earliest_{name}"] = 1.0
-    return StepRows(trajectory, candidates, rows, reading, roles, context.coordinator, whole_lowers)
+    return replace(RankerModel.from_dict(json.loads(text)), modes=ModeModel.load())
 
 
 def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
@@ -394,6 +269,13 @@ class Judgement:
     agents: list[tuple[float, str]]
     right: float
     support: dict[str, float]  # what the odds were read from (the correctness model's features)
+    table: AgentRows | None = None  # the agent stage's reading of every candidate agent
+
+    def role_of(self, agent: str) -> dict[str, float]:
+        """The agent stage's features of ``agent`` (empty without an agent stage)."""
+        if self.table is None or agent not in self.table.agents:
+            return {}
+        return self.table.rows[self.table.agents.index(agent)]
 
 
 def agent_probabilities(table: AgentRows, scorer: LinearScorer) -> list[tuple[float, str]]:
@@ -431,7 +313,7 @@ def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -
         right = model.correctness.probability(support)
     else:
         right = support_of(rows, ranked, steps[step].agent)
-    return Judgement(step=step, agents=agents, right=right, support=support)
+    return Judgement(step=step, agents=agents, right=right, support=support, table=table)
 
 
 def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
@@ -585,7 +467,20 @@ def verdict(
         **update,  # type: ignore[arg-type]
     )
     if attribution.category != "dependency":
-        mode = failure_mode(trajectory, attribution)
+        mode = failure_mode(trajectory, attribution) or _modelled_mode(
+            model.modes, trajectory, step.agent, judgement.role_of(step.agent)
+        )
         if mode is not None:
             attribution = attribution.model_copy(update={"failure_mode": mode})
     return attribution
+
+
+def _modelled_mode(
+    modes: ModeModel | None, trajectory: Trajectory, agent: str, role: dict[str, float]
+) -> str | None:
+    """The failure mode the mode model reads in the blamed agent's words and part, as
+    ``blame.failure_mode`` names it (None without a model, or where no mode stands out)."""
+    if modes is None:
+        return None
+    number = modes.predict(trajectory, agent, role)
+    return MODE_BY_NUMBER.get(number) if number else None

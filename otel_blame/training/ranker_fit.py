@@ -10,9 +10,10 @@ lacks).
    (:mod:`otel_blame.attribution.agents`), on the step ranking's output, fitted on the probability of
    any faulty agent.
 3. **Correctness**: a logistic model of whether a verdict names a right agent, fitted on verdicts
-   made out of fold (each by stages fitted without its run's question), so it learns how often
-   verdicts like it are right on runs the stages never saw. A verdict is decided when its odds reach
-   the threshold chosen on the same out-of-fold verdicts for the precision asked for.
+   made held out (each by stages fitted without its data set, the zoo's without its app), so it
+   learns how often verdicts like it are right on a system the stages never saw, which is what a
+   user's system is. A verdict is decided when its odds reach the threshold chosen on the same
+   held-out verdicts for the precision asked for.
 
 Each data set (Who&When's two subsets, TRAIL's two, AEGIS, the zoo) weighs the same in every
 objective, and within one each group (an AEGIS system shape, an app) the same, so the larger one
@@ -28,14 +29,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from otel_blame.attribution.agents import AGENT_FEATURES, AgentRows, agent_rows
-from otel_blame.attribution.ranker import (
-    FEATURES,
-    LinearScorer,
-    RankerModel,
-    judge,
-    rank,
-)
-from otel_blame.training.runs import LabelledRun
+from otel_blame.attribution.ranker import LinearScorer, RankerModel, judge, rank
+from otel_blame.attribution.step_rows import FEATURES
+from otel_blame.training.runs import ZOO, LabelledRun
 
 L2 = 0.02
 ITERATIONS = 300
@@ -44,6 +40,7 @@ AGENT_L2 = 0.05
 CORRECTNESS_L2 = 1.0
 FOLDS = 3  # for the out-of-fold verdicts the correctness model learns from
 TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other runs is optimistic
+FLOOR_PRECISION = 0.8  # and no real data set's decided verdicts below this
 # the agent: the one with the most probability over all its steps, where no agent stage is fitted
 AGENT_RULE = "sum"
 # how much each data set counts (1 unless named)
@@ -188,7 +185,7 @@ def fit_steps(
     runs: Sequence[LabelledRun], *, features: Sequence[str] = FEATURES, l2: float = L2
 ) -> RankerModel:
     """The step stage fitted on ``runs`` (those with a target among their candidates)."""
-    usable = [run for run in runs if run.targets]
+    usable = [run for run in runs if run.targets and not run.task_giver_labelled]
     if not usable:
         raise ValueError("no labelled run has a target among its candidates")
     scorer = fit_grouped_logit(
@@ -224,6 +221,8 @@ def fit_agents(
     their candidate agents)."""
     blocks, targets, kept = [], [], []
     for run in runs:
+        if run.task_giver_labelled:
+            continue
         table = agent_table(run, model)
         found = [position for position, agent in enumerate(table.agents) if agent in run.faulty]
         if not found:
@@ -280,20 +279,24 @@ def predict(model: RankerModel, runs: Iterable[LabelledRun]) -> list[Scored]:
 
 
 def question_folds(runs: Sequence[LabelledRun], k: int, seed: int = 0) -> list[list[int]]:
-    """k folds of run positions; the runs of one question stay in one fold, and each data set is
-    spread evenly over the folds."""
+    """k folds of run positions; the runs of one question stay in one fold, whichever data sets they
+    come from (AEGIS and Who&When both ask GAIA's questions), and each data set is spread evenly
+    over the folds."""
     rng = random.Random(seed)
-    by_dataset: dict[str, dict[str, list[int]]] = {}
+    questions: dict[str, list[int]] = {}
     for position, run in enumerate(runs):
-        by_dataset.setdefault(run.dataset, {}).setdefault(run.question or run.file, []).append(position)
+        questions.setdefault(run.question or run.file, []).append(position)
+    by_dataset: dict[str, list[str]] = {}
+    for question, positions in questions.items():
+        by_dataset.setdefault(runs[positions[0]].dataset, []).append(question)
     folds: list[list[int]] = [[] for _ in range(k)]
     offset = 0
     for dataset in sorted(by_dataset):
-        questions = sorted(by_dataset[dataset])
-        rng.shuffle(questions)
-        for rank_, question in enumerate(questions):
-            folds[(rank_ + offset) % k].extend(by_dataset[dataset][question])
-        offset += len(questions)
+        names = sorted(by_dataset[dataset])
+        rng.shuffle(names)
+        for rank_, question in enumerate(names):
+            folds[(rank_ + offset) % k].extend(questions[question])
+        offset += len(names)
     return [sorted(fold) for fold in folds]
 
 
@@ -301,6 +304,25 @@ def fit_stages(runs: Sequence[LabelledRun]) -> RankerModel:
     """The step and agent stages on ``runs`` (no correctness model)."""
     model = fit_steps(runs)
     return replace(model, agent=fit_agents(runs, model))
+
+
+def unit_of(run: LabelledRun) -> str:
+    """What a verdict must not have seen to be out of sample the way a user's system is: its data set,
+    or, in the zoo, its app (every app is a system of its own)."""
+    return run.group if run.dataset == ZOO else run.dataset
+
+
+def held_out_verdicts(runs: Sequence[LabelledRun]) -> list[Scored]:
+    """Every run's verdict by stages fitted without its data set (the zoo's: without its app), as a
+    system the model never saw would get; with a single data set, out of fold instead."""
+    units = sorted({unit_of(run) for run in runs})
+    if len(units) < 2:
+        return out_of_fold(runs)
+    scored: list[Scored] = []
+    for unit in units:
+        model = fit_stages([run for run in runs if unit_of(run) != unit])
+        scored += predict(model, [run for run in runs if unit_of(run) == unit])
+    return scored
 
 
 def out_of_fold(runs: Sequence[LabelledRun], k: int = FOLDS, seed: int = 0) -> list[Scored]:
@@ -332,7 +354,9 @@ SUPPORT_FEATURES: tuple[str, ...] = (
 
 
 def fit_correctness(scored: Sequence[Scored]) -> LinearScorer:
-    """The odds that a verdict names a right agent, from its support (each data set the same)."""
+    """The odds that a verdict names a right agent, from its support (each data set the same; runs
+    whose labels name only task-givers left out: no verdict on an agent's failure names them)."""
+    scored = [item for item in scored if not item.run.task_giver_labelled]
     return fit_logistic(
         [item.support for item in scored],
         [item.agent_correct for item in scored],
@@ -341,36 +365,53 @@ def fit_correctness(scored: Sequence[Scored]) -> LinearScorer:
     )
 
 
-def threshold_for(scored: Sequence[Scored], precision: float = TARGET_PRECISION) -> float:
+def threshold_for(
+    scored: Sequence[Scored], precision: float = TARGET_PRECISION, floor: float = FLOOR_PRECISION
+) -> float:
     """The lowest odds at which the verdicts at or above them are right ``precision`` of the time, each
-    data set weighing the same (1.01, nothing decided, when no threshold gets there)."""
+    data set weighing the same, and right at least ``floor`` of the time on each real data set that
+    decides five or more (a zoo app does not count here: the zoo is ours). 1.01, nothing decided, when
+    no threshold gets there."""
+    scored = [item for item in scored if not item.run.task_giver_labelled]
     sizes: dict[str, int] = {}
     for item in scored:
         sizes[item.run.dataset] = sizes.get(item.run.dataset, 0) + 1
     ordered = sorted(scored, key=lambda item: -item.right)
+    per_dataset: dict[str, list[int]] = {}
     best = 1.01
     weight = hits = 0.0
     for count, item in enumerate(ordered, start=1):
         share = 1.0 / sizes[item.run.dataset]
         weight += share
         hits += share * item.agent_correct
-        is_last_of_tie = count == len(ordered) or ordered[count].right < item.right
-        if is_last_of_tie and hits / weight >= precision:
+        if item.run.dataset != ZOO:
+            tally = per_dataset.setdefault(item.run.dataset, [0, 0])
+            tally[0] += 1
+            tally[1] += item.agent_correct
+        if count < len(ordered) and ordered[count].right >= item.right:
+            continue  # not the last of a tie
+        steady = all(n < 5 or right / n >= floor for n, right in per_dataset.values())
+        if hits / weight >= precision and steady:
             best = item.right
     return best
 
 
 def fit(
-    runs: Sequence[LabelledRun], *, folds: int = FOLDS, precision: float = TARGET_PRECISION, seed: int = 0
+    runs: Sequence[LabelledRun],
+    *,
+    precision: float = TARGET_PRECISION,
+    held_out: Sequence[Scored] | None = None,
 ) -> RankerModel:
     """Every stage on ``runs``: the step and agent stages on all of them; the correctness model and
-    the decided threshold on their out-of-fold verdicts (see the module docstring)."""
+    the decided threshold on their held-out verdicts (:func:`held_out_verdicts`, or ``held_out`` when
+    already made for the same runs)."""
     model = fit_stages(runs)
-    oof = out_of_fold(runs, folds, seed)
-    correctness = fit_correctness(oof)
-    for item in oof:
+    verdicts = list(held_out) if held_out is not None else held_out_verdicts(runs)
+    correctness = fit_correctness(verdicts)
+    for item in verdicts:
         item.right = correctness.probability(item.support)
-    return replace(model, correctness=correctness, decided_threshold=round(threshold_for(oof, precision), 4))
+    threshold = round(threshold_for(verdicts, precision), 4)
+    return replace(model, correctness=correctness, decided_threshold=threshold)
 
 
 def accuracy(

@@ -6,7 +6,7 @@ TRAIL and the zoo, one to four in AEGIS), and, where people labelled steps, whic
 runs teach the step ranker as "a step of one of these agents is decisive" (multiple-instance: the
 probability of any of their steps), never as "this step".
 
-Reading a run (its evidence, :func:`otel_blame.attribution.ranker.step_rows`) is the costly part:
+Reading a run (its evidence, :func:`otel_blame.attribution.step_rows.step_rows`) is the costly part:
 :func:`load_cached` keeps each data set's runs on disk, keyed by the source of the code that reads
 them, so a change to the reading reads them again and anything else does not.
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import otel_blame
-from otel_blame.attribution.ranker import StepRows, step_rows
+from otel_blame.attribution.step_rows import StepRows, step_rows
 from otel_blame.datasets import aegis
 from otel_blame.datasets.trail import load_trail_case, trail_files
 from otel_blame.datasets.who_and_when import SUBSETS, case_files, load_case
@@ -34,7 +34,7 @@ AEGIS = "aegis"
 # what reading a run depends on (a change in any reads every data set again): the step rows, the
 # evidence they hold, and the readers of each layout
 READING_SOURCES = (
-    "attribution/ranker.py",
+    "attribution/step_rows.py",
     "attribution/signals.py",
     "attribution/systemic.py",
     "attribution/roles.py",
@@ -81,6 +81,14 @@ class LabelledRun:
     @property
     def dataset(self) -> str:
         return dataset_name(self.group)
+
+    @property
+    def task_giver_labelled(self) -> bool:
+        """Its labels name only task-givers (a fault planted in the task's own message): a verdict on
+        an agent's failure does not blame them (:mod:`otel_blame.attribution.roles`), so the run
+        teaches nothing and is scored apart."""
+        givers = self.rows.roles.task_givers
+        return bool(self.faulty) and self.faulty <= givers
 
     @property
     def targets(self) -> list[int]:

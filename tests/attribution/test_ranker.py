@@ -20,8 +20,9 @@ from opentelemetry.trace import Status, StatusCode
 from otel_blame import semconv as sc
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.arithmetic import printed_numbers
-from otel_blame.attribution.ranker import FEATURES, RankerAttribution, RankerModel
+from otel_blame.attribution.ranker import RankerAttribution, RankerModel
 from otel_blame.attribution.registry import DEFAULT_METHOD, create_method
+from otel_blame.attribution.step_rows import FEATURES
 from otel_blame.conventions import build_trajectory
 from otel_blame.conventions.otlp import sdk_spans_to_proto
 from otel_blame.inject.demo_app import code_reply, plan_reply, problem_for, review_reply
