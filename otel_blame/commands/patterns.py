@@ -36,7 +36,14 @@ _MISSING_EXTRA = "otel-blame patterns needs the 'ui' extra: pip install 'otel-bl
     help="How alike two reasons must be to be one pattern (the processor's patterns.similarity).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Patterns shown.")
-@click.option("--format", "output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A table of at most 80 columns, or the patterns as JSON.",
+)
 def patterns_command(
     source: Path, since: str | None, method_name: str, similarity: float, limit: int, output: str
 ) -> None:

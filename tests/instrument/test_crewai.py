@@ -1,5 +1,7 @@
 """CrewAI through ``CrewAIInstrumentor``: real crews, agents, tasks, tools and delegation, CrewAI's
-native OpenAI provider against the scripted server.
+native OpenAI provider against the scripted server. An agent with tools asks for them by function
+calling (native tool calls); an agent without tools, or on a model that refuses tools, writes ReAct
+text (``Action:`` / ``Final Answer:``).
 
 CrewAI cannot share the main environment (every crewai pulls ``instructor``, which caps ``jiter`` below
 what ``openai`` 3.x needs): these tests run in the CrewAI environment, ``make test-crewai``.
@@ -19,6 +21,7 @@ from otel_blame import semconv
 from otel_blame.conventions import sdk_spans_to_proto, trajectory_from_spans
 from otel_blame.instrumentation import hook_error_count, task
 from tests.instrument.failed_turns import assert_failed_turn_is_error_step
+from tests.instrument.interceptors import sent_to_model
 from tests.instrument.shapes import SHAPES, read_back
 from tests.instrument.steps import step_kind
 from tests.support import Reply, ScriptedLLM
@@ -27,9 +30,14 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")  # CrewAI's own teleme
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 crewai = pytest.importorskip("crewai")
 
+from crewai.llms.hooks import BaseInterceptor  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
+from crewai.tools.tool_failure import ToolFailure  # noqa: E402
 
 from otel_blame.instrumentation.crewai import CrewAIInstrumentor  # noqa: E402
+
+# CrewAI 1.15's deprecations of its own attributes, which it reads itself (not this project's code)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
 
 QUESTION = "What is the weather in Paris?"
 
@@ -50,28 +58,38 @@ class LookupBroken(BaseTool):
         raise ValueError("index offline")
 
 
-class ModelCalls:
+class LookupArchived(BaseTool):
+    name: str = "lookup_archived"
+    description: str = "Look something up in the archive, which reports what it lacks."
+
+    def _run(self, city: str) -> ToolFailure:
+        return ToolFailure(message=f"no archive for {city}", code="archive_missing")
+
+
+class ModelCalls(BaseInterceptor[httpx.Request, httpx.Response]):
     """Every HTTP request the model client sends, as a span made where the request is made: its
-    parent is whatever span was current then (what an LLM instrumentation sees)."""
+    parent is whatever span was current then (what an LLM instrumentation sees). CrewAI's own
+    transport interceptor hook (``LLM(interceptor=...)``)."""
 
     def __init__(self, provider) -> None:
         self.tracer = provider.get_tracer("model-call-probe")
 
-    def on_request(self, request: httpx.Request) -> None:
+    def on_outbound(self, message: httpx.Request) -> httpx.Request:
         self.tracer.start_span("chat scripted-model", attributes={"gen_ai.operation.name": "chat"}).end()
+        return message
+
+    def on_inbound(self, message: httpx.Response) -> httpx.Response:
+        return message
 
     def llm(self, llm: ScriptedLLM):
-        model = crewai.LLM(
+        return crewai.LLM(
             model="scripted-model",
             provider="openai",
             base_url=llm.base_url,
             api_key="test-key",
             max_retries=0,
+            interceptor=self,
         )
-        model.client = model.client.with_options(
-            http_client=httpx.Client(event_hooks={"request": [self.on_request]})
-        )
-        return model
 
 
 @pytest.fixture
@@ -119,12 +137,21 @@ def _model_call_turns(spans) -> list[str | None]:
     return found
 
 
-ACTION = 'Thought: I need the weather.\nAction: lookup_weather\nAction Input: {"city": "Paris"}'
+def call(name: str, number: int = 1, **arguments: str) -> Reply:
+    """The model asks for one tool by function calling."""
+    return Reply(tool_calls=[{"id": f"call_{number}", "name": name, "arguments": arguments}])
+
+
+WRITER_ANSWER = "Thought: I can write it.\nFinal Answer: It is sunny in Paris today, 21 C."
 SEQUENTIAL_SCRIPT = [
-    ACTION,
-    "Thought: I know it now.\nFinal Answer: Paris: sunny, 21 C",
-    "Thought: I can write it.\nFinal Answer: It is sunny in Paris today, 21 C.",
+    call("lookup_weather", city="Paris"),
+    "Paris: sunny, 21 C",  # a native tool-calling agent's answer is the model's text as it is
+    WRITER_ANSWER,  # the writer has no tools: ReAct text
 ]
+# a model that refuses tools: CrewAI falls back to ReAct text, the action in the model's own words
+NO_TOOLS = Reply(status=400, content="scripted-model does not support tools")
+ACTION = 'Thought: I need the weather.\nAction: lookup_weather\nAction Input: {"city": "Paris"}'
+REACT_SCRIPT = [NO_TOOLS, ACTION, "Thought: I know it now.\nFinal Answer: Paris: sunny, 21 C", WRITER_ANSWER]
 
 
 def _crew(llm: ScriptedLLM, calls: ModelCalls, tools=None):
@@ -157,7 +184,7 @@ def test_a_sequential_crew_with_a_tool(instrumented, calls):
     assert result.raw == "It is sunny in Paris today, 21 C."
     steps = spans.steps()
     assert _summary(steps) == [
-        ("researcher", "message", ACTION + " | call lookup_weather"),
+        ("researcher", "message", "call lookup_weather"),
         ("researcher", "tool", "Paris: sunny, 21 C"),
         ("researcher", "message", "Paris: sunny, 21 C"),
         ("writer", "message", "It is sunny in Paris today, 21 C."),
@@ -184,12 +211,34 @@ def test_a_sequential_crew_with_a_tool(instrumented, calls):
         ("writer", "message"),
     ]
     assert not any(s.is_error for s in trajectory.steps)
+    call_part = json.loads(action.attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert (call_part["id"], json.loads(call_part["arguments"])) == ("call_1", {"city": "Paris"})
+
+
+def test_a_model_without_tool_calling_writes_react_actions(instrumented, calls):
+    """The model refuses tools: CrewAI goes on in ReAct text, and the action is the agent's message
+    with its text and its tool call; the steps are the native run's otherwise."""
+    spans = instrumented
+    with ScriptedLLM(REACT_SCRIPT) as llm:
+        result = _crew(llm, calls).kickoff()
+        assert llm.calls == 4
+    assert result.raw == "It is sunny in Paris today, 21 C."
+    steps = spans.steps()
+    assert _summary(steps) == [
+        ("researcher", "message", ACTION + " | call lookup_weather"),
+        ("researcher", "tool", "Paris: sunny, 21 C"),
+        ("researcher", "message", "Paris: sunny, 21 C"),
+        ("writer", "message", "It is sunny in Paris today, 21 C."),
+    ]
+    action, tool, researcher, writer = steps
+    assert tool.name == "execute_tool lookup_weather"
+    assert action.parent.span_id == tool.parent.span_id == researcher.context.span_id
+    assert _model_call_turns(spans) == ["researcher"] * 3 + ["writer"]
 
 
 def test_a_failing_tool_is_an_error_step(instrumented, calls):
     spans = instrumented
-    action = 'Thought: look it up.\nAction: lookup_broken\nAction Input: {"city": "Paris"}'
-    script = [action, "Thought: the index is down.\nFinal Answer: no data", "Final Answer: No data today."]
+    script = [call("lookup_broken", city="Paris"), "The index is down: no data.", WRITER_ANSWER]
     with ScriptedLLM(script, default="Final Answer: no data") as llm:
         result = _crew(llm, calls, tools=[LookupBroken()]).kickoff()
     assert result.raw
@@ -201,16 +250,49 @@ def test_a_failing_tool_is_an_error_step(instrumented, calls):
     assert_failed_turn_is_error_step(spans, "researcher", "ValueError", kind="tool")
 
 
+def test_a_tool_that_reports_a_failure_is_an_error_step(instrumented, calls):
+    """CrewAI's ``ToolFailure``: the tool returns it instead of raising; the model is told, and the
+    step is an error with the failure's code as ``error.type``."""
+    spans = instrumented
+    script = [call("lookup_archived", city="Paris"), "The archive has nothing.", WRITER_ANSWER]
+    with ScriptedLLM(script) as llm:
+        _crew(llm, calls, tools=[LookupArchived()]).kickoff()
+        assert "no archive for Paris (code: archive_missing)" in sent_to_model(llm, 1)
+    (tool,) = [s for s in spans.steps() if step_kind(s) == "tool"]
+    assert tool.name == "execute_tool lookup_archived"
+    assert tool.status.status_code is StatusCode.ERROR
+    assert tool.attributes[semconv.ERROR_TYPE] == "archive_missing"
+    trajectory = trajectory_from_spans(sdk_spans_to_proto(spans.all()))
+    assert [(s.agent, s.kind.value, s.is_error) for s in trajectory.steps][1] == ("researcher", "tool", True)
+    assert trajectory.steps[1].content == "no archive for Paris (code: archive_missing)"
+
+
+def test_a_function_tool_is_a_tool_step(instrumented, calls):
+    """A tool made with CrewAI's ``@tool`` decorator runs through ``Tool.run``, not ``BaseTool.run``."""
+    from crewai.tools import tool
+
+    @tool("lookup_weather")
+    def lookup_weather(city: str) -> str:
+        """Look up today's weather for a city."""
+        return f"{city}: sunny, 21 C"
+
+    with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:
+        _crew(llm, calls, tools=[lookup_weather]).kickoff()
+    assert _summary(instrumented.steps())[:2] == [
+        ("researcher", "message", "call lookup_weather"),
+        ("researcher", "tool", "Paris: sunny, 21 C"),
+    ]
+
+
 def test_delegation_is_a_tool_step_with_the_coworkers_turn_inside(instrumented, calls):
     spans = instrumented
-    delegate = (
-        "Thought: the researcher knows.\nAction: Delegate work to coworker\n"
-        'Action Input: {"task": "Find the weather in Paris", "context": "today", "coworker": "researcher"}'
+    delegate = call(
+        "delegate_work_to_coworker", task="Find the weather in Paris", context="today", coworker="researcher"
     )
     script = [
         delegate,
-        "Thought: easy.\nFinal Answer: Paris: sunny, 21 C",
-        "Thought: done.\nFinal Answer: Sunny in Paris, 21 C.",
+        "Thought: easy.\nFinal Answer: Paris: sunny, 21 C",  # the researcher has no tools: ReAct text
+        "Sunny in Paris, 21 C.",
     ]
     with ScriptedLLM(script) as llm:
         model = calls.llm(llm)
@@ -233,6 +315,9 @@ def test_delegation_is_a_tool_step_with_the_coworkers_turn_inside(instrumented, 
     coworker = by_name["invoke_agent researcher"]
     assert coworker.parent.span_id == delegation.context.span_id
     assert _model_call_turns(spans) == ["lead", "researcher", "lead"]
+    # the call names the CrewAI tool, as its run does, not the function name the model used
+    call_part = json.loads(spans.steps()[0].attributes[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"][0]
+    assert call_part["name"] == "Delegate work to coworker"
 
 
 def test_a_failed_crew_run_raises_unchanged_and_has_a_trajectory(spans, calls):
@@ -277,12 +362,14 @@ def test_inside_a_user_task_the_crew_joins_it(instrumented, calls):
 
 def test_uninstrument_restores_every_patched_function(spans, calls):
     from crewai.agent.core import Agent
-    from crewai.agents import crew_agent_executor
+    from crewai.agents import agent_executor
     from crewai.crew import Crew
+    from crewai.tools.base_tool import Tool
     from crewai.tools.structured_tool import CrewStructuredTool
 
     patched = [(Crew, "kickoff"), (Agent, "execute_task"), (CrewStructuredTool, "invoke")]
-    patched += [(CrewStructuredTool, "ainvoke"), (crew_agent_executor, "execute_tool_and_check_finality")]
+    patched += [(CrewStructuredTool, "ainvoke"), (agent_executor, "execute_tool_and_check_finality")]
+    patched += [(agent_executor.AgentExecutor, "execute_native_tool"), (BaseTool, "run"), (Tool, "run")]
     originals = [vars(owner)[name] for owner, name in patched]
     instrumentor = CrewAIInstrumentor()
     instrumentor.instrument(tracer_provider=spans.provider)
@@ -335,7 +422,7 @@ def test_a_hook_error_does_not_break_the_crew(instrumented, calls, monkeypatch):
 
 def test_the_message_path_changes_what_the_tool_and_the_next_agent_get(instrumented, calls):
     from otel_blame.instrumentation.interception import intercept_messages
-    from tests.instrument.interceptors import Rewriter, sent_to_model
+    from tests.instrument.interceptors import Rewriter
 
     spans = instrumented
     rewriter = Rewriter(
@@ -346,6 +433,9 @@ def test_the_message_path_changes_what_the_tool_and_the_next_agent_get(instrumen
     with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm, intercept_messages(rewriter):
         result = _crew(llm, calls).kickoff()
         assert "Rome: rainy, 21 C" in sent_to_model(llm, 1)  # the tool ran on Rome; the model got the change
+        # the changed call is also the one in the researcher's history
+        (asked,) = [m for m in llm.requests[1]["messages"] if m.get("tool_calls")]
+        assert json.loads(asked["tool_calls"][0]["function"]["arguments"]) == {"city": "Rome"}
         assert "Paris: sunny, 12 C" in sent_to_model(llm, 2)  # the writer got the researcher's changed answer
     assert rewriter.unused == []
     assert result.tasks_output[0].raw == "Paris: sunny, 12 C"
@@ -378,8 +468,11 @@ def test_an_interceptor_that_raises_changes_nothing(instrumented, calls):
 @SHAPES
 def test_both_convention_shapes_read_back_the_same(instrumented, calls, latest):
     """A sequential crew with a tool, then one whose tool raises."""
-    action = 'Thought: look it up.\nAction: lookup_broken\nAction Input: {"city": "Paris"}'
-    broken = [action, "Thought: the index is down.\nFinal Answer: no data", "Final Answer: No data today."]
+    broken = [
+        call("lookup_broken", city="Paris"),
+        "The index is down: no data.",
+        "Final Answer: No data today.",
+    ]
 
     def run() -> None:
         with ScriptedLLM(SEQUENTIAL_SCRIPT) as llm:

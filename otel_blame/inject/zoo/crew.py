@@ -8,16 +8,20 @@ refunds register (two CrewAI tools over local data) for the quarter and the one 
 reports net revenue, the change and the top product line. The manager then delegates the brief to
 the ``Report Writer`` with the analyst's figures, checks the brief against those figures (sending
 it back once when they disagree: a writer's slip is caught and the run is ``masked``) and returns
-it. Every reply of the scripted LLM (:class:`CrewScript`) is computed from the prompt CrewAI
-builds for that agent, so a planted fault really changes what the crew does next.
+it. Every reply of the scripted LLM (:class:`CrewScript`) is computed from the prompt and the history
+CrewAI builds for that agent, so a planted fault really changes what the crew does next. The manager
+and the analyst have tools, so they ask for them by function calling (native tool calls) and answer
+in plain text; the writer has none and answers in CrewAI's ReAct text (``Final Answer:``).
 
 What the message path offers here: each agent's final answer (a coworker's answer is what the
 delegation tool returns to the manager), each tool call before it runs (the manager's delegations
-included: a changed coworker, task or context), and each tool result. The ReAct action texts are
-recorded but not offered (their effect is the tool call). Not in :data:`FAULTS`: ``terminate``
+included: a changed coworker, task or context), and each tool result. Not in :data:`FAULTS`: ``terminate``
 (CrewAI has no stop word), ``skipped_policy_step`` (the policy travels in the manager's delegation
 arguments, which only ``wrong_tool_argument`` changes), ``fabricated_fact`` (no identifiers or
-dates in the messages) and ``ignored_tool_error`` (no tool fails in a clean run).
+dates in the messages), ``ignored_tool_error`` (no tool fails in a clean run) and ``wrong_tool``
+(a changed call is the one in the agent's history, as CrewAI keeps it: the agent sees that it asked
+the wrong tool, which is not its own or does not have the figures it needs, and asks the right one,
+so the run is always masked).
 
 CrewAI lives in its own environment (``.venv-crewai``); telemetry is switched off before import.
 A clean run is 15 steps; region, quarter and every ledger figure are drawn from the seed.
@@ -55,7 +59,6 @@ FAULTS: tuple[str, ...] = (
     "tool_error",
     "wrong_tool_result",
     "wrong_tool_argument",
-    "wrong_tool",
     "premature_handoff",
     "lost_context",
 )
@@ -63,6 +66,9 @@ MANAGER = "Head of Sales Operations"
 ANALYST = "Revenue Analyst"
 WRITER = "Report Writer"
 DELEGATE = "Delegate work to coworker"
+# the function names the model calls CrewAI's tools by, where they differ from the tools' names
+_TOOL_OF_FUNCTION = {"delegate_work_to_coworker": DELEGATE}
+_FUNCTION_OF_TOOL = {tool: function for function, tool in _TOOL_OF_FUNCTION.items()}
 POLICY = (
     "Finance policy: net revenue is gross sales minus refunds. "
     "Intercompany recharges are not revenue and must be excluded."
@@ -122,14 +128,11 @@ def brief_for(seed: int) -> Brief:
 # --- reading CrewAI's prompts ---------------------------------------------------------------------
 
 _ROLE = re.compile(r"You are ([^.\n]+)\.")
-_ACTION = re.compile(
-    r"Action:\s*(?P<tool>[^\n]+)\nAction Input:\s*(?P<input>\{.*?\})\s*\nObservation:\s*(?P<observation>.*?)"
-    r"(?=\n(?:Thought|Action):|\Z)",
-    re.DOTALL,
-)
 _QUARTER = re.compile(r"\b\d{4}-Q[1-4]\b")
 _MONEY = r"\$(-?\d+(?:\.\d+)?)"
-_TOOL_REMINDER = "\nYou ONLY have access to the following tools"  # CrewAI appends it to some observations
+# where CrewAI's task prompt ends: a native tool-calling agent's ends with its context, a ReAct one's
+# with its call to begin or to respond
+_PROMPT_ENDS = ("Begin!", "Provide your complete response:")
 
 
 @dataclass(frozen=True)
@@ -150,53 +153,70 @@ def _role(request: dict[str, Any]) -> str | None:
 
 
 def _task_and_history(request: dict[str, Any]) -> tuple[str, list[Used]]:
-    """The agent's task text (the first user message) and the tool uses in its scratchpad."""
+    """The agent's task text (the first user message) and its tool uses: each tool call of its
+    history with the tool message that answered it."""
     task_text, history = "", []
+    asked: dict[Any, tuple[str, dict[str, Any]]] = {}
     for message in request.get("messages", []):
         content = str(message.get("content") or "")
         if message.get("role") == "user" and not task_text:
             task_text = content
         elif message.get("role") == "assistant":
-            for match in _ACTION.finditer(content):
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
                 try:
-                    arguments = json.loads(match["input"])
+                    arguments = json.loads(function.get("arguments") or "{}")
                 except ValueError:
                     arguments = {}
-                observation = match["observation"].split(_TOOL_REMINDER)[0].strip()
-                history.append(Used(match["tool"].strip(), arguments, observation))
+                name = str(function.get("name"))
+                asked[call.get("id")] = (
+                    _TOOL_OF_FUNCTION.get(name, name),
+                    arguments if isinstance(arguments, dict) else {},
+                )
+        elif message.get("role") == "tool" and message.get("tool_call_id") in asked:
+            tool, arguments = asked.pop(message["tool_call_id"])
+            history.append(Used(tool, arguments, content.strip()))
     return task_text, history
 
 
-def _section(task_text: str, start: str, end: str | None = None) -> str:
-    """The text after ``start`` (up to ``end``) in CrewAI's task prompt."""
+def _section(task_text: str, start: str, *ends: str) -> str:
+    """The text after ``start`` (up to the first of ``ends`` there) in CrewAI's task prompt."""
     _, _, rest = task_text.partition(start)
-    if end is not None:
+    for end in ends:
         rest = rest.split(end)[0]
     return rest.strip()
 
 
-def _action(thought: str, tool: str, arguments: dict[str, Any]) -> str:
-    return f"Thought: {thought}\nAction: {tool}\nAction Input: {json.dumps(arguments)}"
+def _call(thought: str, tool: str, arguments: dict[str, Any], history: Sequence[Used]) -> Reply:
+    """A tool call by function calling (the thought as the reply's text, which CrewAI does not keep);
+    call ids count the agent's tool uses, so a run's history is the same every time."""
+    call = {
+        "id": f"call_{len(history) + 1}",
+        "name": _FUNCTION_OF_TOOL.get(tool, tool),
+        "arguments": arguments,
+    }
+    return Reply(content=thought, tool_calls=[call])
 
 
 def _final(text: str) -> str:
+    """The final answer in CrewAI's ReAct text (the writer, who has no tools)."""
     return f"Thought: I now know the final answer\nFinal Answer: {text}"
 
 
 # --- the manager --------------------------------------------------------------------------------
 
 
-def manager_reply(task_text: str, history: Sequence[Used]) -> str:
+def manager_reply(task_text: str, history: Sequence[Used]) -> Reply:
     request = _section(task_text, "Current Task:", "This is the expected criteria")
     region = next((r for r in REGIONS if r in request), None)
     quarters = list(dict.fromkeys(_QUARTER.findall(request)))
     if region is None or len(quarters) < 2:
-        return _final("The request does not name a region and two quarters, so there is no brief to prepare.")
+        return Reply("The request does not name a region and two quarters, so there is no brief to prepare.")
     quarter, previous = quarters[0], quarters[1]
     analyst = [u for u in history if u.tool == DELEGATE and u.arguments.get("coworker") == ANALYST]
     writer = [u for u in history if u.tool == DELEGATE and u.arguments.get("coworker") == WRITER]
     if not analyst:
-        return _action(
+        return _call(
             "The leadership brief needs audited figures first, so the Revenue Analyst should compute them "
             "from the ledger before anyone writes.",
             DELEGATE,
@@ -213,18 +233,21 @@ def manager_reply(task_text: str, history: Sequence[Used]) -> str:
                 ),
                 "coworker": ANALYST,
             },
+            history,
         )
     figures = analyst[-1].observation
     if not writer:
-        return _delegate_brief(region, quarter, previous, figures, correction=None)
+        return _delegate_brief(region, quarter, previous, figures, None, history)
     draft = writer[-1].observation
     wrong = _disagreements(figures, draft)
     if wrong and len(writer) == 1:
-        return _delegate_brief(region, quarter, previous, figures, correction="; ".join(wrong))
-    return _final(draft)
+        return _delegate_brief(region, quarter, previous, figures, "; ".join(wrong), history)
+    return Reply(draft)
 
 
-def _delegate_brief(region: str, quarter: str, previous: str, figures: str, correction: str | None) -> str:
+def _delegate_brief(
+    region: str, quarter: str, previous: str, figures: str, correction: str | None, history: Sequence[Used]
+) -> Reply:
     task = (
         f"Write the {region} revenue brief for {quarter} for the leadership meeting: three to five "
         f"sentences stating net revenue, the change on {previous} and the top product line."
@@ -235,9 +258,8 @@ def _delegate_brief(region: str, quarter: str, previous: str, figures: str, corr
             f"Revise the {region} {quarter} revenue brief: {correction}. Use the analyst's figures exactly."
         )
         thought = "The brief does not match the analyst's figures; it goes back to the writer once."
-    return _action(
-        thought, DELEGATE, {"task": task, "context": f"Analyst's figures: {figures}", "coworker": WRITER}
-    )
+    arguments = {"task": task, "context": f"Analyst's figures: {figures}", "coworker": WRITER}
+    return _call(thought, DELEGATE, arguments, history)
 
 
 def _disagreements(figures: str, draft: str) -> list[str]:
@@ -258,14 +280,14 @@ def _disagreements(figures: str, draft: str) -> list[str]:
 # --- the analyst --------------------------------------------------------------------------------
 
 
-def analyst_reply(task_text: str, history: Sequence[Used]) -> str:
+def analyst_reply(task_text: str, history: Sequence[Used]) -> Reply:
     task_text = apply_corrections(task_text)
     request = _section(task_text, "Current Task:", "This is the expected criteria")
-    context = _section(task_text, "This is the context you're working with:", "Begin!")
+    context = _section(task_text, "This is the context you're working with:", *_PROMPT_ENDS)
     region = next((r for r in REGIONS if r in request), None)
     quarters = list(dict.fromkeys(_QUARTER.findall(request)))
     if region is None or not quarters:
-        return _final("The task names no region and quarter, so there is nothing to compute.")
+        return Reply("The task names no region and quarter, so there is nothing to compute.")
     needed = [(tool, q) for q in quarters for tool in ("query_ledger", "query_refunds")]
     seen = {
         (u.tool, u.arguments.get("quarter")): u.observation
@@ -275,9 +297,8 @@ def analyst_reply(task_text: str, history: Sequence[Used]) -> str:
     for tool, quarter in needed:
         if (tool, quarter) not in seen:
             what = "gross sales by product line" if tool == "query_ledger" else "refunds by product line"
-            return _action(
-                f"I need the {what} for {region} in {quarter}.", tool, {"region": region, "quarter": quarter}
-            )
+            arguments = {"region": region, "quarter": quarter}
+            return _call(f"I need the {what} for {region} in {quarter}.", tool, arguments, history)
     exclude = "intercompany" in context.lower() and "excluded" in context.lower()
     nets: dict[str, float | str] = {}
     tops: dict[str, tuple[str, float]] = {}
@@ -311,7 +332,7 @@ def analyst_reply(task_text: str, history: Sequence[Used]) -> str:
         name, value = tops[current]
         lines.append(f"Top product line in {current}: {name} with ${value:.2f} net revenue.")
     lines.append("All amounts in USD, from the finance ledger close and the refunds register.")
-    return _final("\n".join(lines))
+    return Reply("\n".join(lines))
 
 
 def _net_of(
@@ -339,7 +360,7 @@ def _net_of(
 
 
 def _json_of(observation: str) -> dict[str, Any] | None:
-    """The JSON object an observation starts with (CrewAI may append its tool reminder after it)."""
+    """The JSON object an observation starts with (what follows it is not read)."""
     text = observation.strip()
     if not text.startswith("{"):
         return None
@@ -373,7 +394,7 @@ def _net_stated(net: re.Match[str], context: str) -> str:
 def writer_reply(task_text: str) -> str:
     task_text = apply_corrections(task_text)
     request = _section(task_text, "Current Task:", "This is the expected criteria")
-    context = _section(task_text, "This is the context you're working with:", "Begin!")
+    context = _section(task_text, "This is the context you're working with:", *_PROMPT_ENDS)
     region = next((r for r in REGIONS if r in request), "the region")
     quarters = _QUARTER.findall(request)
     quarter = quarters[0] if quarters else "the quarter"
@@ -410,9 +431,9 @@ class CrewScript:
         role = _role(request)
         task_text, history = _task_and_history(request)
         if role == MANAGER:
-            return Reply(manager_reply(task_text, history))
+            return manager_reply(task_text, history)
         if role == ANALYST:
-            return Reply(analyst_reply(task_text, history))
+            return analyst_reply(task_text, history)
         if role == WRITER:
             return Reply(writer_reply(task_text))
         return Reply(_final("I am not part of this crew."))

@@ -1,4 +1,4 @@
-"""The CrewAI hooks: a root per kickoff, an envelope per agent task, steps for actions and tools.
+"""The CrewAI hooks: a root per kickoff, an envelope per agent task, steps for tool calls and tools.
 
 - ``Crew.kickoff`` (``kickoff_async`` and ``kickoff_for_each`` go through it): outside any task, a
   root ``invoke_workflow {crew name}`` with the kickoff's inputs as input and ``CrewOutput.raw`` as
@@ -7,15 +7,21 @@
   ``invoke_agent {role}`` current for the whole task execution (the agent's model calls and tools
   nest under it) and answered with the agent's final answer. A coworker asked through delegation
   runs ``execute_task`` too: its turn nests under the delegation tool's span.
-- ``execute_tool_and_check_finality`` (the executor's step for an ``Action:`` the model chose): the
-  agent's message with its tool call (the model's text, the tool and its input), under the turn.
-- ``CrewStructuredTool.invoke`` / ``ainvoke``: one ``execute_tool {tool}`` envelope per tool run;
-  a tool that raises is an error step with ``error.type`` (CrewAI retries it, then tells the model).
+- ``AgentExecutor.execute_native_tool`` (the executor's step for the tool calls a model asked for
+  through function calling, before they run): the agent's message with its tool calls, under the turn.
+- ``execute_tool_and_check_finality`` as the executor imports it (its step for an ``Action:`` of a
+  model without function calling, ReAct text): the agent's message with the model's text and its
+  tool call, under the turn.
+- ``BaseTool.run`` / ``Tool.run`` (a tool run for a native tool call) and ``CrewStructuredTool.invoke``
+  / ``ainvoke`` (for a ReAct action): one ``execute_tool {tool}`` envelope per tool run; a tool that
+  raises is an error step with ``error.type`` (CrewAI tells the model), and so is one that returns
+  CrewAI's ``ToolFailure`` (``error.type`` its code, else its reason).
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 from typing import Any
 
 from otel_blame import semconv
@@ -126,7 +132,69 @@ def _fail_turn(turn: AgentTurn, error: BaseException) -> None:
     turn.close()
 
 
-# -- actions and tools ---------------------------------------------------------------------------
+# -- tool calls --------------------------------------------------------------------------------------
+
+
+def native_tool_calls(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    turn = _current_turn.get()
+    if turn is not None:
+        _record_native_calls(turn, instance)
+    return wrapped(*args, **kwargs)
+
+
+def _record_native_calls(turn: AgentTurn, executor: Any) -> None:
+    """The tool calls the model asked for (function calling) as the agent's message. Each call is
+    offered on the message path first; a changed call replaces the pending one, which is what CrewAI
+    both writes into the agent's history and runs. Calls name the CrewAI tool (``Delegate work to
+    coworker``), as the tool's run does, not the function name the model sees."""
+    try:
+        from crewai.utilities.agent_utils import extract_tool_call_info
+
+        pending = executor.state.pending_tool_calls
+        tools = _tool_names(executor)
+        calls = []
+        for position, call in enumerate(list(pending)):
+            info = extract_tool_call_info(call)
+            if info is None:
+                continue  # CrewAI skips it too
+            call_id, function, arguments = info
+            tool = tools.get(function, function)
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            changed = offer_tool_call(turn.agent, text, tool, message=call, source=SOURCE, task=turn.run)
+            if changed is not None:
+                tool, text = changed.tool_name or tool, changed.text
+                pending[position] = {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": _function_name(tools, tool), "arguments": text},
+                }
+            calls.append({"id": call_id, "function": {"name": tool, "arguments": text}})
+        if calls:
+            record_message(
+                turn.agent,
+                None,
+                "assistant",
+                tool_calls=calls,
+                source=SOURCE,
+                task=turn.run,
+                intercept=False,  # what the message does is its tool calls, offered above
+            )
+    except Exception:
+        HOOK_ERRORS.record("crewai.tool_calls")
+
+
+def _tool_names(executor: Any) -> dict[str, str]:
+    """Function name (what the model calls) -> the CrewAI tool's name, for the executor's tools."""
+    mapping = getattr(executor, "_tool_name_mapping", None) or {}
+    return {function: _name(tool, "name") or function for function, tool in mapping.items()}
+
+
+def _function_name(tools: dict[str, str], tool: str) -> str:
+    """The function name CrewAI runs for a CrewAI tool name (an unknown tool: CrewAI's own spelling)."""
+    from crewai.utilities.string_utils import sanitize_tool_name
+
+    found = [function for function, name in tools.items() if name == tool]
+    return found[0] if found else sanitize_tool_name(tool)
 
 
 def agent_action(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -170,6 +238,9 @@ def _record_action(turn: AgentTurn, action: Any) -> None:
         HOOK_ERRORS.record("crewai.action")
 
 
+# -- tool runs ---------------------------------------------------------------------------------------
+
+
 def _enter_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     turn = _current_turn.get()
     if turn is None:
@@ -184,13 +255,28 @@ def _enter_tool(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 def _leave_tool(state: Any, result: Any, error: BaseException | None) -> Any:
     """The tool's result as its envelope's step, on the message path: a changed result is what the
-    agent gets back."""
+    agent gets back. A reported failure (``ToolFailure``) is an error step, and goes back unchanged:
+    CrewAI's failure policy reads it."""
     step, tool_name = state
     step.deactivate()
     try:
         if error is not None:
             step.fail(error)  # a tool step with the error (AgentTurn.fail: the one rule for failed turns)
             return None
+        failure = _reported_failure(result)
+        if failure is not None:
+            reason = getattr(failure, "reason", None)
+            step.answer(
+                failure.as_agent_message(),
+                "tool",
+                kind=StepKind.TOOL,
+                tool_name=tool_name,
+                is_error=True,
+                attributes={semconv.ERROR_TYPE: failure.code or to_text(getattr(reason, "value", reason))},
+                message=result,
+                intercept=False,
+            )
+            return result
         text = to_text(result)
         sent = step.answer(text, "tool", kind=StepKind.TOOL, tool_name=tool_name, message=result)
         return result if sent == text else sent
@@ -198,7 +284,16 @@ def _leave_tool(state: Any, result: Any, error: BaseException | None) -> Any:
         step.close()
 
 
-#: ``CrewStructuredTool.invoke`` / ``ainvoke``: one ``execute_tool {tool}`` envelope per tool run
+def _reported_failure(result: Any) -> Any:
+    """CrewAI's ``ToolFailure``: a tool's own report that it did not do what it was asked."""
+    from crewai.tools.tool_failure import ToolFailure
+
+    return result if isinstance(result, ToolFailure) else None
+
+
+#: ``BaseTool.run`` / ``Tool.run`` and ``CrewStructuredTool.invoke`` / ``ainvoke``: one
+#: ``execute_tool {tool}`` envelope per tool run
 _tool = Around("crewai.tool", _enter_tool, _leave_tool)
+tool_run = _tool.sync
 tool_invoke = _tool.sync
 tool_ainvoke = _tool.coroutine

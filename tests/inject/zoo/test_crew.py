@@ -25,6 +25,9 @@ pytest.importorskip("crewai")
 from otel_blame.inject.zoo import crew  # noqa: E402
 from tests.support.blame import check_default_blame  # noqa: E402
 
+# CrewAI 1.15's deprecations of its own attributes, which it reads itself (not this project's code)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
+
 APP = "otel_blame.inject.zoo.crew:run_task"
 OTHER_FRAMEWORKS = (
     "otel_blame_openai_agents,otel_blame_agentchat,otel_blame_langgraph,otel_blame_ag2,otel_blame_autogen"
@@ -99,7 +102,6 @@ FAULT_TARGETS = [
     ("premature_handoff", crew.ANALYST, 9),
     ("lost_context", crew.ANALYST, 9),
     ("wrong_tool_argument", crew.MANAGER, 0),  # the delegation's task, context or coworker
-    ("wrong_tool", crew.MANAGER, 0),  # a ledger query instead of the delegation
 ]
 
 

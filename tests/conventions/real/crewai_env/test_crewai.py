@@ -35,11 +35,6 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 crewai = pytest.importorskip("crewai")
 pytest.importorskip("openinference.instrumentation.crewai")
 pytest.importorskip("opentelemetry.instrumentation.crewai")
-if int(crewai.__version__.split(".")[0]) == 1 and int(crewai.__version__.split(".")[1]) < 7:
-    # constraints-crewai.txt keeps crewai 1.6.1 while otel-blame's own CrewAI instrumentor needs it; on
-    # it, openinference-instrumentation-crewai 1.1.21 records nothing and CrewAI runs ReAct text, not
-    # the native tool calls this story scripts
-    pytest.skip(f"needs crewai >= 1.7 (the environment has {crewai.__version__})", allow_module_level=True)
 
 # CrewAI 1.15's deprecations of its own attributes, which it reads itself (not this project's code)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
