@@ -55,7 +55,7 @@ AGENT_FEATURES: tuple[str, ...] = (
 TASK_WORDS_CHARS = 4000  # what is read of the task for its words
 # a message that checks others' work (read in its head, lower-cased): verifying, validating, reviewing
 _CHECKS = re.compile(r"\b(?:verif|validat|double-check|cross-check|review|confirm)\w*")
-AGENT_WORDS_CHARS = 1500  # of each message, for the agent's words
+AGENT_WORDS_CHARS = 800  # of each message, for the agent's words
 
 
 @dataclass

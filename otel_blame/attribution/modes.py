@@ -28,16 +28,17 @@ from pathlib import Path
 from otel_blame.trajectory import Trajectory
 
 MODEL_FILE = "mode_model.json"
-MESSAGE_CHARS = 3000  # what is read of each of the agent's messages
+MESSAGE_CHARS = 1500  # what is read of each of the agent's messages
+AGENT_CHARS = 12000  # and of all of them (its first messages): a bounded cost per verdict
 _WORD = re.compile(r"[a-z][a-z']{2,}")
 
 
 def agent_words(trajectory: Trajectory, agent: str) -> Counter[str]:
-    """The words of ``agent``'s messages (lower-cased, three letters or more), the run's agent names
-    left out."""
+    """The words of ``agent``'s messages (lower-cased, three letters or more; the head of each, up to
+    ``AGENT_CHARS`` in all), the run's agent names left out."""
     names = {name.lower() for name in trajectory.agents}
-    text = " ".join(step.content[:MESSAGE_CHARS] for step in trajectory.steps if step.agent == agent).lower()
-    return Counter(word for word in _WORD.findall(text) if word not in names)
+    text = " ".join(step.content[:MESSAGE_CHARS] for step in trajectory.steps if step.agent == agent)
+    return Counter(word for word in _WORD.findall(text[:AGENT_CHARS].lower()) if word not in names)
 
 
 @dataclass(frozen=True)

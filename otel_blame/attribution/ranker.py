@@ -321,6 +321,47 @@ def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) 
     return judge(rows, ranked, model).step
 
 
+# the kinds of evidence whose presence at the chosen step the correctness model reads, one indicator
+# each: how often a verdict resting on a failing dependency, a result that contradicts its call, a
+# premature stop or a value first appearing is right differs by kind, more than by its weight in the
+# ranking (fitted on every real data set and the zoo, docs/methods.md)
+EVIDENCE_KINDS: tuple[str, ...] = (
+    "dependency",
+    "result_contradicts_call",
+    "caused_failing_result",
+    "unanswered_stop",
+    "stop_in_result",
+    "override",
+    "answer_origin",
+    "answer_unsupported",
+    "novel_value",
+    "first_unsupported",
+    "testified_wrong",
+    "dropped_task",
+    "dropped_input",
+    "input_found_lacking",
+    "novel_identifier",
+    "novel_call_value",
+)
+SUPPORT_FEATURES: tuple[str, ...] = (
+    "evidence",
+    "structure",
+    "agent_p",
+    "agent_margin",
+    "agents",
+    "step_p",
+    "step_margin",
+    "mass",
+    "agree",
+    "dependency",
+    "error",
+    "testified",
+    "steps",
+    "givers",
+    *(f"shows_{kind}" for kind in EVIDENCE_KINDS),
+)
+
+
 def support_features(
     rows: StepRows,
     ranked: list[tuple[float, int]],
@@ -359,6 +400,7 @@ def support_features(
         "steps": math.log1p(len(steps)),
         "givers": float(bool(rows.roles.task_givers)),
     }
+    features |= {f"shows_{kind}": float(bool(row.get(kind))) for kind in EVIDENCE_KINDS}
     if agents:
         first = next((p for p, name in agents if name == agent), 0.0)
         second = next((p for p, name in agents if name != agent), 0.0)

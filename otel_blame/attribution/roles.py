@@ -74,11 +74,10 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
         seen.update(lines)
         if step.kind != StepKind.MESSAGE:
             continue
-        own = _squeezed(text).replace(task.squeezed, " ") if step.index in delivering else _squeezed(text)
-        relays = step.index == first_delivery or (
-            step.index < first_delivery  # a preamble: instructions before the task is given
+        relays = (
+            step.index <= first_delivery  # a preamble (instructions before the task is given), or the task
             or step.index in delivering
-            or (len(own) < DIRECTIVE_CHARS and not _VALUE.search(own) and "```" not in own)
+            or _directs(text)
         )
         own_work[step.agent] = own_work.get(step.agent, False) or not relays
     givers = {agent for agent, worked in own_work.items() if not worked}
@@ -87,6 +86,14 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
     if len(givers) >= len(own_work):
         givers = set()  # every speaker looks like one: someone did the work, so none is
     return Roles(copied=tuple(copied), task_givers=frozenset(givers), delivers_task=frozenset(delivering))
+
+
+def _directs(text: str) -> bool:
+    """A short directive with no value of its own ("Now proceed with the plan.")."""
+    if len(text) > 3 * DIRECTIVE_CHARS:  # (a blank-squeezed text this long is no directive: skip squeezing)
+        return False
+    own = _squeezed(text)
+    return len(own) < DIRECTIVE_CHARS and not _VALUE.search(own) and "```" not in own
 
 
 def _delivers(text: str, task: _Task) -> bool:

@@ -27,6 +27,8 @@ RECORD_FIELDS = [
     "input_tokens",
     "output_tokens",
     "seconds",
+    "decided",
+    "confidence",
 ]
 
 
@@ -498,7 +500,8 @@ def test_eval_on_span_level_labels_scores_hits_beside_the_baselines(tmp_path: Pa
     result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset), "--out", str(out)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    rows = {line.split()[0]: line.split() for line in lines if line.split() and "gaia" in line}
+    table = lines[: next(n for n, line in enumerate(lines) if line.startswith("decided verdicts"))]
+    rows = {line.split()[0]: line.split() for line in table if line.split() and "gaia" in line}
     assert set(rows) == {"ranker", "first_step", "last_step", "first_failed", "random"}
     # the first failed step is the failed page-down: a HIGH-impact hit, and its agent and step
     assert rows["first_failed"][3:] == ["100.0", "100.0", "100.0", "100.0", "100.0"]

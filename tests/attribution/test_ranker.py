@@ -105,17 +105,18 @@ PLANTED = {
     FaultKind.TERMINATE: ("user", "planner", "coder"),
 }
 SEEDS = range(12)
-# the share of these runs whose planted step must be found, per kind (measured 2026-11-25: number
-# 0.67, drop_instruction 0.54, contradict_instruction 0.94, the others 1.0; number 0.47 since
-# 2026-11-28, when real failures (TRAIL) joined the fit: it gained 5 points of agent and 4 of step on
-# Who&When left out, and left the zoo's number faults where they were left one app out, 44 % of steps)
+# the share of these runs whose planted step must be found, per kind (measured 2026-11-29 with the
+# model fitted on AEGIS beside Who&When, TRAIL and the zoo, issue 32: number 0.44, drop_instruction
+# 0.75, contradict_instruction 0.66, terminate 0.78, the tool faults 1.0; before it, on 2026-11-28:
+# 0.47, 0.54, 0.94, 0.9 and 1.0. Real failures decide the fit, and the zoo's own figures are
+# docs/benchmarks.md's leave-one-app-out ones; these floors guard the shipped model in sample)
 FLOORS = {
-    FaultKind.NUMBER: 0.45,
-    FaultKind.DROP_INSTRUCTION: 0.4,
-    FaultKind.CONTRADICT_INSTRUCTION: 0.85,
+    FaultKind.NUMBER: 0.4,
+    FaultKind.DROP_INSTRUCTION: 0.7,
+    FaultKind.CONTRADICT_INSTRUCTION: 0.6,
     FaultKind.TOOL_ERROR: 1.0,
     FaultKind.WRONG_TOOL_RESULT: 1.0,
-    FaultKind.TERMINATE: 0.9,
+    FaultKind.TERMINATE: 0.72,
 }
 
 
