@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from otel_blame.attribution.causal.testimony import TESTIMONY_CHARS
 from otel_blame.attribution.signals import content_words
 from otel_blame.trajectory import StepKind
 
@@ -56,6 +57,7 @@ TASK_WORDS_CHARS = 4000  # what is read of the task for its words
 # a message that checks others' work (read in its head, lower-cased): verifying, validating, reviewing
 _CHECKS = re.compile(r"\b(?:verif|validat|double-check|cross-check|review|confirm)\w*")
 AGENT_WORDS_CHARS = 800  # of each message, for the agent's words
+RELAYED_SHARE = 0.5  # a message whose lines are this much copied relays what others said
 
 
 @dataclass
@@ -79,13 +81,32 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
     by_agent: dict[str, list[int]] = {}
     for _, index in ranked:
         by_agent.setdefault(steps[index].agent, []).append(index)
-    # who may be blamed: not a task-giver, unless a later step says its own message was wrong (names
-    # it: an objection to a relayed message may be about what it relays)
+    # who may be blamed: not a task-giver (its messages give the task, relay others' answers or
+    # direct), unless a later testimony names it as it is written ("User", not "the user's question":
+    # a role word in lower case names no speaker) and points at a message of its own words, neither
+    # the task it gives nor what it relays (an objection to those is about the task or the answers)
+    roles = rows.roles
+    testifying = [index for index, said in features.get("testimony", {}).items() if said]
+
+    def shown_wrong(agent: str) -> bool:
+        own = [
+            index
+            for index in by_agent[agent]
+            if index in reading.named_wrong
+            and index not in roles.delivers_task
+            and roles.copied[index] < RELAYED_SHARE
+        ]
+        if not own:
+            return False
+        written = re.compile(rf"(?<![\w-]){re.escape(agent)}(?![\w-])")
+        return any(
+            index > own[0] and written.search(steps[index].content[:TESTIMONY_CHARS]) for index in testifying
+        )
+
     agents = [
         agent
         for agent in trajectory.agents
-        if agent in by_agent
-        and (agent not in givers or any(index in reading.named_wrong for index in by_agent[agent]))
+        if agent in by_agent and (agent not in givers or shown_wrong(agent))
     ] or [agent for agent in trajectory.agents if agent in by_agent]
     candidates = set(rows.candidates)
     messages: dict[str, list[int]] = {}
