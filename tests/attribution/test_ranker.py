@@ -290,3 +290,23 @@ def test_a_wrong_product_is_blamed_on_the_solver_by_the_default() -> None:
     assert create_method("signals").attribute(trajectory).agent == "Solver"  # the story is clear
     attribution = create_method(DEFAULT_METHOD).attribute(trajectory)
     assert (attribution.agent, attribution.step) == ("Solver", 1)
+
+
+# the planted faults that are decided, right, in every run above: a mechanical fault (an outage in a
+# tool's result) is shown by the run itself, whatever the data sets the model learned from
+DECIDED_KINDS = (FaultKind.TOOL_ERROR,)
+
+
+@pytest.mark.parametrize("kind", DECIDED_KINDS, ids=str)
+def test_a_mechanical_fault_is_decided_and_right(kind: FaultKind) -> None:
+    method = RankerAttribution()
+    verdicts = []
+    for agent in PLANTED[kind]:
+        for seed in SEEDS:
+            made = demo_run(seed, kind, agent)
+            if made is not None:
+                trajectory, planted = made
+                answer = method.attribute(trajectory)
+                verdicts.append((answer.decided, answer.agent == trajectory.steps[planted].agent))
+    assert len(verdicts) >= 8
+    assert all(decided and right for decided, right in verdicts), verdicts

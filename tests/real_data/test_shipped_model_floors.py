@@ -24,12 +24,12 @@ AEGIS_PER_SHAPE = 30  # the first runs of each shape in the file: every shape, i
 # recorded with the shipped model (docs/benchmarks.md, "Real failures"): runs right (agent, step;
 # TRAIL: the blamed span annotated; AEGIS: a faulty agent, and the blamed agent's failure mode and its
 # MAST group where it is faulty) and decided
-RECORDED: dict[str, dict[str, int]] = {
-    "ww-Algorithm-Generated": {"runs": 76, "agent": 0, "step": 0, "decided": 0, "decided_right": 0},
-    "ww-Hand-Crafted": {"runs": 30, "agent": 0, "step": 0, "decided": 0, "decided_right": 0},
-    "trail-gaia": {"runs": 54, "agent": 0, "hit": 0, "decided": 0, "decided_right": 0},
-    "trail-swe_bench": {"runs": 13, "agent": 0, "hit": 0, "decided": 0, "decided_right": 0},
-    "aegis": {"runs": 0, "agent": 0, "decided": 0, "decided_right": 0, "mode": 0, "group": 0},
+RECORDED: dict[str, dict[str, int]] = {  # 2026-11-29, the model fitted with AEGIS (issue 32)
+    "ww-Algorithm-Generated": {"runs": 76, "agent": 50, "step": 35, "decided": 7, "decided_right": 6},
+    "ww-Hand-Crafted": {"runs": 30, "agent": 16, "step": 6, "decided": 1, "decided_right": 1},
+    "trail-gaia": {"runs": 54, "agent": 49, "hit": 30, "decided": 44, "decided_right": 44},
+    "trail-swe_bench": {"runs": 13, "agent": 13, "hit": 9, "decided": 13, "decided_right": 13},
+    "aegis": {"runs": 210, "agent": 129, "decided": 32, "decided_right": 29, "mode": 68, "group": 88},
 }
 SLACK_RUNS = 2  # a change of two runs either way is noise; three is a regression
 
@@ -99,3 +99,6 @@ def test_the_shipped_model_keeps_its_recorded_accuracy_on_real_failures(scored, 
     # no verdict blames the task as given
     task_blamed = [item.run.file for item in verdicts if item.step == item.run.rows.reading.graph.task_step]
     assert not task_blamed
+    # nor a speaker who only gives or relays the task
+    givers_blamed = [item.run.file for item in verdicts if item.agent in item.run.rows.roles.task_givers]
+    assert not givers_blamed

@@ -12,9 +12,10 @@ WHO_AND_WHEN = Path(__file__).resolve().parents[3] / "shared" / "who_and_when" /
 if not WHO_AND_WHEN.is_dir():  # a worktree beside main: ../shared from the repository's parent
     WHO_AND_WHEN = Path(__file__).resolve().parents[4] / "shared" / "who_and_when" / "dev"
 
-# (re-measured 2026-11-28: the loader reads a log's "FINAL ANSWER:" line as its final output, which the
-# causal reading follows back; Hand-Crafted 0.567 / 0.167 before, Algorithm-Generated 0.513 / 0.303)
-WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.553, 0.329), "Hand-Crafted": (0.5, 0.2)}
+# (re-measured 2026-11-29 for issue 32's stages: the agent stage and the task-givers; Who&When alone is
+# 106 runs, too few for the agent stage, which AEGIS's thousands teach in the shipped model. Before:
+# Algorithm-Generated 0.553 / 0.329, Hand-Crafted 0.5 / 0.2)
+WHO_AND_WHEN_CV = {"Algorithm-Generated": (0.5, 0.276), "Hand-Crafted": (0.533, 0.133)}
 SLACK = 0.05  # "more than a few points below" fails
 
 
