@@ -294,7 +294,7 @@ def test_a_wrong_product_is_blamed_on_the_solver_by_the_default() -> None:
 
 # the planted faults that are decided, right, in every run above: a mechanical fault (an outage in a
 # tool's result) is shown by the run itself, whatever the data sets the model learned from
-DECIDED_KINDS = (FaultKind.TOOL_ERROR,)
+DECIDED_KINDS = (FaultKind.TOOL_ERROR, FaultKind.WRONG_TOOL_RESULT)
 
 
 @pytest.mark.parametrize("kind", DECIDED_KINDS, ids=str)
