@@ -3,9 +3,10 @@
 test_accuracy_floors.py), the offline default may not drop more than a few points below its
 recorded agent and step accuracy (docs/benchmarks.md, "Regression floors per zoo app").
 
-Recorded 2026-11-26 (re-recorded 2026-11-29, issue 32) with the shipped ``ranker_model.json`` (the verdict is deterministic: two runs
-of each campaign gave the same figures), as ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=<the other
-frameworks> otel-blame inject --app zoo:NAME --runs N --seed S [--fault K ...] --json``:
+Recorded 2026-11-26, re-recorded 2026-11-29 (issue 32), with the shipped ``ranker_model.json`` (the
+verdict is deterministic: two runs of each campaign gave the same figures), as
+``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=<the other frameworks> otel-blame inject --app zoo:NAME
+--runs N --seed S [--fault K ...] --json``:
 
 ================  ====  ====  ======  =====  =====  =========================================
 app               runs  seed  scored  agent  step   faults
