@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from otel_blame.attribution.causal import build_graph, read_causally
-from otel_blame.attribution.ranker import RANKER_SIGNALS, RankerAttribution
+from otel_blame.attribution.ranker import RankerAttribution
 from otel_blame.attribution.signals import ScoringContext
+from otel_blame.attribution.step_rows import RANKER_SIGNALS
 from otel_blame.datasets.who_and_when import SUBSETS, case_files, load_case
 from otel_blame.trajectory import Trajectory
 

@@ -13,7 +13,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from otel_blame.attribution.ranker import decide, rank, step_rows
+from otel_blame.attribution.ranker import decide, rank
+from otel_blame.attribution.step_rows import step_rows
 from otel_blame.training import crossval, ranker_fit
 from otel_blame.trajectory import Trajectory
 

@@ -1,21 +1,19 @@
-"""The offline default: a small trained ranker over every step's evidence, read causally.
+"""The offline default: a small trained ranker over every step's evidence, then over every agent.
 
-Per step it reads three kinds of evidence, all relative to the run itself (no agent names, role
-strings or absolute step numbers):
+1. **Steps.** Every candidate step's evidence (:mod:`otel_blame.attribution.step_rows`: structure,
+   failure signals, the causal reading) gets a linear score; one softmax over the run's steps ranks
+   failing dependencies and agent steps together. When the failure's path starts at a dependency the
+   run never got past, the verdict is ``category=dependency`` naming it, at the step whose call failed.
+2. **Agents.** Each candidate agent (task-givers are not, unless shown wrong) gets a linear score
+   over its share of that ranking and its part in the run (:mod:`otel_blame.attribution.agents`);
+   the most probable agent's best step is the decisive step (never the task as given).
+3. **Odds.** A logistic model of how often verdicts like this one were right on systems the model
+   never saw says whether the verdict is decided (``blame.decided``) and is its ``confidence``.
+4. **Failure mode.** The MAST mode the blamed agent's words and part support, where one stands out
+   (:mod:`otel_blame.attribution.modes`).
 
-- structure: where the step sits among the suspects (as a share of the run), what kind of step it is
-  (message, tool result, code output), whether it is its agent's first turn, how much of the run its
-  agent wrote, whether it is the coordinator's, whether it is an error;
-- the failure signals of :mod:`otel_blame.attribution.signals` (unweighted evidence);
-- the causal reading of :mod:`otel_blame.attribution.causal`: what first appears at the step, whether
-  it is on the failure's path, what it dropped or overrode, whether a result follows from its call,
-  whether a dependency failed there.
-
-A linear score per step (weights fitted offline by ``bench/train_ranker.py`` as a conditional logit:
-one softmax over the steps of a run) ranks failing dependencies and agent steps together: when the
-best step is a failing dependency, the verdict is ``category=dependency`` naming it, at the step
-whose call failed. The fitted model is a small JSON file shipped in the package (``ranker_model.json``)
-read with the standard library only. Deterministic; a fraction of a millisecond per step.
+Weights are fitted offline (``bench/train_ranker.py``, :mod:`otel_blame.training.ranker_fit`) and
+shipped as small JSON files read with the standard library only. Deterministic.
 """
 
 from __future__ import annotations
@@ -23,68 +21,31 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
+from otel_blame.attribution.agents import AgentRows, agent_rows
 from otel_blame.attribution.base import AttributionError
-from otel_blame.attribution.causal import read_causally
-from otel_blame.attribution.causal.reading import CAUSAL_FEATURES, CausalReading
+from otel_blame.attribution.modes import ModeModel
 from otel_blame.attribution.result import Attribution, Candidate, Cost
-from otel_blame.attribution.signals import SIGNALS, ScoringContext, Signal
-from otel_blame.attribution.systemic import failure_mode, specification_evidence
+from otel_blame.attribution.signals import SIGNALS
+from otel_blame.attribution.step_rows import (
+    EARLIEST_OF,
+    STRUCTURE_FEATURES,
+    StepRows,
+    step_rows,
+)
+from otel_blame.attribution.systemic import FAILURE_MODES, failure_mode, specification_evidence
 from otel_blame.trajectory import StepKind, Trajectory
 
 METHOD_NAME = "ranker"
 MODEL_FILE = "ranker_model.json"
 MAX_CANDIDATES = 5
 
-STRUCTURE_FEATURES: tuple[str, ...] = (
-    "relative_position",
-    "first_candidate",
-    "last_candidate",
-    "last_message",
-    "kind_tool",
-    "kind_code",
-    "task_statement",
-    "agent_first_turn",
-    "agent_share",
-    "coordinator",
-    "is_error",
-    "speaker_changed",
-    "actor",
-    "agent_turn",
-    "agent_arrival",
-)
-# the failure signals the ranker reads: the ones that carried weight when all were fitted, and cheap
-# enough to keep a verdict within milliseconds (hedging, approval, contradicted claims, off-task
-# reports, premature acceptance and the error signals cost more than they added; the causal reading
-# covers errors). Not the early-decision prior: it is position alone, and a fitted position prior is
-# what made the verdict a guess on runs whose failures sit elsewhere than the training data's
-RANKER_SIGNALS: tuple[Signal, ...] = tuple(
-    signal
-    for signal in SIGNALS
-    if signal.name in ("fabrication", "final_answer", "lacking_report", "stuck", "plan_gap")
-)
-SIGNAL_FEATURES: tuple[str, ...] = tuple(f"signal_{signal.name}" for signal in RANKER_SIGNALS)
-# The decisive step is the *earliest* step whose content its inputs do not support: for each kind of
-# such evidence, whether a step is the first in its run to show it (later ones may only inherit it)
-EARLIEST_OF: tuple[str, ...] = (
-    "novel_value",
-    "novel_call_value",
-    "dropped_input",
-    "dropped_task",
-    "override",
-    "caused_failing_result",
-    "result_contradicts_call",
-    "input_found_lacking",
-    "signal_fabrication",
-    "answer_origin",
-    "testified_wrong",
-)
-EARLIEST_FEATURES: tuple[str, ...] = tuple(f"earliest_{name}" for name in EARLIEST_OF)
-FEATURES: tuple[str, ...] = (*STRUCTURE_FEATURES, *SIGNAL_FEATURES, *CAUSAL_FEATURES, *EARLIEST_FEATURES)
+_STRUCTURE = frozenset(STRUCTURE_FEATURES)
+MODE_BY_NUMBER: dict[str, str] = {number: name for name, (number, _, _) in FAILURE_MODES.items()}
 
 # what a person reads for the features that point at a step (the strongest contributions first)
 REASONS: dict[str, str] = {
@@ -119,8 +80,56 @@ REASONS.update({f"earliest_{name}": REASONS[name] for name in EARLIEST_OF if nam
 
 
 @dataclass(frozen=True)
+class LinearScorer:
+    """A fitted linear score over named features (standardised by ``mean`` and ``scale``): the agent
+    stage's score of an agent, or the log-odds that a verdict is right."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    bias: float = 0.0
+
+    def score(self, row: dict[str, float]) -> float:
+        total = self.bias
+        for name, weight, mean, scale in zip(self.features, self.weights, self.mean, self.scale, strict=True):
+            total += weight * (row.get(name, 0.0) - mean) / scale
+        return total
+
+    def probability(self, row: dict[str, float]) -> float:
+        """The logistic of the score (for a model of the odds)."""
+        score = self.score(row)
+        return 1.0 / (1.0 + math.exp(-score)) if score > -500 else 0.0
+
+    def contributions(self, row: dict[str, float]) -> list[tuple[float, str]]:
+        parts = zip(self.features, self.weights, self.mean, self.scale, strict=True)
+        return [(weight * (row.get(name, 0.0) - mean) / scale, name) for name, weight, mean, scale in parts]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LinearScorer:
+        return cls(
+            features=tuple(data["features"]),
+            weights=tuple(float(v) for v in data["weights"]),
+            mean=tuple(float(v) for v in data["mean"]),
+            scale=tuple(float(v) for v in data["scale"]),
+            bias=float(data.get("bias", 0.0)),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "features": list(self.features),
+            "weights": [round(v, 6) for v in self.weights],
+            "mean": [round(v, 6) for v in self.mean],
+            "scale": [round(v, 6) for v in self.scale],
+            "bias": round(self.bias, 6),
+        }
+
+
+@dataclass(frozen=True)
 class RankerModel:
-    """The fitted weights (on standardised features), with their centring and scale."""
+    """The fitted weights of the step ranking (on standardised features), with their centring and
+    scale; the agent stage's (``agent``) and the model of a verdict's odds of being right
+    (``correctness``), where fitted."""
 
     features: tuple[str, ...]
     weights: tuple[float, ...]
@@ -128,8 +137,12 @@ class RankerModel:
     scale: tuple[float, ...]
     agent_rule: str = "step"  # "step": the best step's agent; "sum": the agent with the most probability
     trained_on: str = ""
-    # a verdict is decided when its agent's support reaches this (fitted leave-one-dataset-out)
+    # a verdict is decided when its odds of being right (``correctness``; without one, its agent's
+    # support) reach this (chosen out of sample)
     decided_threshold: float = 0.5
+    agent: LinearScorer | None = None
+    correctness: LinearScorer | None = None
+    modes: ModeModel | None = None  # the failure-mode model (shipped in a file of its own)
 
     @classmethod
     def from_dict(cls, data: dict) -> RankerModel:
@@ -141,9 +154,16 @@ class RankerModel:
             agent_rule=str(data.get("agent_rule", "step")),
             trained_on=str(data.get("trained_on", "")),
             decided_threshold=float(data.get("decided_threshold", 0.5)),
+            agent=LinearScorer.from_dict(data["agent"]) if data.get("agent") else None,
+            correctness=LinearScorer.from_dict(data["correctness"]) if data.get("correctness") else None,
         )
 
     def to_dict(self) -> dict:
+        stages = {
+            name: stage.to_dict()
+            for name, stage in (("agent", self.agent), ("correctness", self.correctness))
+            if stage is not None
+        }
         return {
             "features": list(self.features),
             "weights": [round(v, 6) for v in self.weights],
@@ -152,10 +172,12 @@ class RankerModel:
             "agent_rule": self.agent_rule,
             "trained_on": self.trained_on,
             "decided_threshold": self.decided_threshold,
+            **stages,
         }
 
     @classmethod
     def load(cls, path: Path | None = None) -> RankerModel:
+        """The packaged model (with the packaged failure-mode model), or the one at ``path``."""
         if path is None:
             return _packaged_model()
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
@@ -198,83 +220,7 @@ class RankerModel:
 @lru_cache(maxsize=1)
 def _packaged_model() -> RankerModel:
     text = resources.files("otel_blame.attribution").joinpath(MODEL_FILE).read_text(encoding="utf-8")
-    return RankerModel.from_dict(json.loads(text))
-
-
-@dataclass
-class StepRows:
-    """One run's candidate steps and their feature values (what the model scores)."""
-
-    trajectory: Trajectory
-    candidates: list[int]
-    rows: list[dict[str, float]]
-    reading: CausalReading
-    whole_lowers: list[str | None] | None = None  # each step's whole text lower-cased, where at hand
-
-
-def step_rows(trajectory: Trajectory, *, cross_run: dict[int, float] | None = None) -> StepRows:
-    """Read a run once: every candidate step's features (see the module docstring)."""
-    context = ScoringContext.build(trajectory)
-    whole_lowers = context.whole_lowers()  # (lower-cased once, for the reading and the verdict)
-    reading = read_causally(trajectory, whole_lowers=whole_lowers)
-    graph = reading.graph
-    by_signal = {signal.name: signal.evidence(context) for signal in RANKER_SIGNALS}
-    steps = trajectory.steps
-    candidates = graph.candidates
-    count = len(candidates)
-    last_message = max((i for i in candidates if steps[i].kind == StepKind.MESSAGE), default=None)
-    authored: dict[str, int] = {}
-    for index in candidates:
-        if steps[index].kind == StepKind.MESSAGE:
-            authored[steps[index].agent] = authored.get(steps[index].agent, 0) + 1
-    messages = sum(authored.values()) or 1
-    # each step's signal and causal evidence, in the order the features are listed (read from each
-    # feature's few steps, not by asking every feature about every step)
-    evidence: dict[int, list[tuple[str, float]]] = {}
-    for name, found in by_signal.items():
-        for index, value in found.items():
-            if value:
-                evidence.setdefault(index, []).append((f"signal_{name}", min(2.0, value)))
-    for name, found in reading.features.items():
-        for index, value in found.items():
-            evidence.setdefault(index, []).append((name, value))
-    seen: set[str] = set()
-    turns: dict[str, int] = {}
-    arrival: dict[str, int] = {}
-    rows = []
-    for position, index in enumerate(candidates):
-        step = steps[index]
-        row: dict[str, float] = {
-            "relative_position": position / (count - 1) if count > 1 else 0.0,
-            "first_candidate": float(position == 0),
-            "last_candidate": float(position == count - 1),
-            "last_message": float(index == last_message),
-            "kind_tool": float(step.kind == StepKind.TOOL),
-            "kind_code": float(step.kind == StepKind.CODE_EXECUTION),
-            "task_statement": float(index == graph.task_step),
-            "agent_first_turn": float(step.kind == StepKind.MESSAGE and step.agent not in seen),
-            "agent_share": authored.get(step.agent, 0) / messages,
-            "coordinator": float(context.coordinator is not None and step.agent == context.coordinator),
-            "is_error": float(step.is_error),
-            "speaker_changed": float(index > 0 and steps[index - 1].agent != step.agent),
-            "actor": float(index in context.actor_set),
-        }
-        if step.kind == StepKind.MESSAGE:
-            seen.add(step.agent)
-            arrival.setdefault(step.agent, len(arrival))
-            turns[step.agent] = turns.get(step.agent, 0) + 1
-            # the how-many-th turn of its agent, and the how-many-th agent to speak (as 1, 1/2, 1/3 ...)
-            row["agent_turn"] = 1.0 / turns[step.agent]
-            row["agent_arrival"] = 1.0 / (1 + arrival[step.agent])
-        row.update(evidence.get(index, ()))
-        if cross_run and index in cross_run:
-            row["cross_run"] = cross_run[index]
-        rows.append(row)
-    for name in EARLIEST_OF:
-        first = next((row for row in rows if row.get(name)), None)
-        if first is not None:
-            first[f"earliest_{name}"] = 1.0
-    return StepRows(trajectory, candidates, rows, reading, whole_lowers)
+    return replace(RankerModel.from_dict(json.loads(text)), modes=ModeModel.load())
 
 
 def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
@@ -287,17 +233,24 @@ def rank(rows: StepRows, model: RankerModel) -> list[tuple[float, int]]:
     return sorted(ranked, key=lambda item: (-item[0], item[1]))
 
 
+def _choosable(rows: StepRows, index: int) -> bool:
+    """Whether a verdict may name this step: not the task as given (the user's question is never the
+    decisive step of an agent's failure)."""
+    return index != rows.reading.graph.task_step
+
+
 def choose(rows: StepRows, ranked: list[tuple[float, int]], agent_rule: str) -> int:
     """The decisive step: the best step, or (``agent_rule`` "sum") the best step of the agent with the
-    most probability over all its steps."""
+    most probability over all its steps (never the task as given, unless nothing else is a candidate)."""
+    usable = [item for item in ranked if _choosable(rows, item[1])] or ranked
     if agent_rule != "sum":
-        return ranked[0][1]
+        return usable[0][1]
     steps = rows.trajectory.steps
     mass: dict[str, float] = {}
-    for probability, index in ranked:
+    for probability, index in usable:
         mass[steps[index].agent] = mass.get(steps[index].agent, 0.0) + probability
-    agent = max(mass, key=lambda name: (mass[name], -next(i for _, i in ranked if steps[i].agent == name)))
-    return next(index for _, index in ranked if steps[index].agent == agent)
+    agent = max(mass, key=lambda name: (mass[name], -next(i for _, i in usable if steps[i].agent == name)))
+    return next(index for _, index in usable if steps[index].agent == agent)
 
 
 def confidence_of(ranked: list[tuple[float, int]], chosen: int) -> float:
@@ -307,18 +260,160 @@ def confidence_of(ranked: list[tuple[float, int]], chosen: int) -> float:
     return round(min(0.95, max(0.05, probability * 0.7 + (probability - runner_up) * 0.3)), 3)
 
 
-def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
-    """The decisive step. A dependency the run never got past starts the failure's path: it is the
-    verdict, whatever the ranking of the agent steps it made victims of; else the ranking decides."""
+@dataclass
+class Judgement:
+    """What the ranker concluded: the decisive step, every candidate agent's probability (best first;
+    empty without an agent stage), and the odds that the named agent is the right one."""
+
+    step: int
+    agents: list[tuple[float, str]]
+    right: float
+    support: dict[str, float]  # what the odds were read from (the correctness model's features)
+    table: AgentRows | None = None  # the agent stage's reading of every candidate agent
+
+    def role_of(self, agent: str) -> dict[str, float]:
+        """The agent stage's features of ``agent`` (empty without an agent stage)."""
+        if self.table is None or agent not in self.table.agents:
+            return {}
+        return self.table.rows[self.table.agents.index(agent)]
+
+
+def agent_probabilities(table: AgentRows, scorer: LinearScorer) -> list[tuple[float, str]]:
+    """(probability, agent) for every candidate agent, best first (ties: the earlier agent)."""
+    scores = [scorer.score(row) for row in table.rows]
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    ranked = [(value / total, agent) for value, agent in zip(exps, table.agents, strict=True)]
+    order = {agent: position for position, agent in enumerate(table.agents)}
+    return sorted(ranked, key=lambda item: (-item[0], order[item[1]]))
+
+
+def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> Judgement:
+    """The decisive step and the odds it names the right agent. A dependency the run never got past
+    starts the failure's path: it is the verdict, whatever the ranking of the agent steps it made
+    victims of. Else, with an agent stage, the most probable agent's best step; without one, the
+    step ranking decides (``agent_rule``)."""
+    steps = rows.trajectory.steps
     root = rows.reading.root_dependency()
+    agents: list[tuple[float, str]] = []
+    table = None
+    if model.agent is not None:
+        table = agent_rows(rows, ranked)
+        agents = agent_probabilities(table, model.agent)
     if root is not None and root in rows.candidates:
-        return root
-    return choose(rows, ranked, model.agent_rule)
+        step = root
+    elif table is not None:
+        best = agents[0][1]
+        step = next((index for index in table.steps[best] if _choosable(rows, index)), table.steps[best][0])
+    else:
+        step = choose(rows, ranked, model.agent_rule)
+    support = support_features(rows, ranked, agents, step, dependency=step == root, model=model)
+    if model.correctness is not None:
+        right = model.correctness.probability(support)
+    else:
+        right = support_of(rows, ranked, steps[step].agent)
+    return Judgement(step=step, agents=agents, right=right, support=support, table=table)
+
+
+def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
+    """The decisive step (see :func:`judge`)."""
+    return judge(rows, ranked, model).step
+
+
+# the kinds of evidence whose presence at the chosen step the correctness model reads, one indicator
+# each: how often a verdict resting on a failing dependency, a result that contradicts its call, a
+# premature stop or a value first appearing is right differs by kind, more than by its weight in the
+# ranking (fitted on every real data set and the zoo, docs/methods.md)
+EVIDENCE_KINDS: tuple[str, ...] = (
+    "dependency",
+    "result_contradicts_call",
+    "caused_failing_result",
+    "unanswered_stop",
+    "stop_in_result",
+    "override",
+    "answer_origin",
+    "answer_unsupported",
+    "novel_value",
+    "first_unsupported",
+    "testified_wrong",
+    "dropped_task",
+    "dropped_input",
+    "input_found_lacking",
+    "novel_identifier",
+    "novel_call_value",
+)
+SUPPORT_FEATURES: tuple[str, ...] = (
+    "evidence",
+    "structure",
+    "agent_p",
+    "agent_margin",
+    "agents",
+    "step_p",
+    "step_margin",
+    "mass",
+    "agree",
+    "dependency",
+    "error",
+    "testified",
+    "steps",
+    "givers",
+    *(f"shows_{kind}" for kind in EVIDENCE_KINDS),
+)
+
+
+def support_features(
+    rows: StepRows,
+    ranked: list[tuple[float, int]],
+    agents: list[tuple[float, str]],
+    step: int,
+    *,
+    dependency: bool,
+    model: RankerModel | None = None,
+) -> dict[str, float]:
+    """What a verdict's odds of being right are read from: how far its agent and step stand out in
+    the two rankings, how many agents it was chosen among, and what kind of evidence it rests on."""
+    steps = rows.trajectory.steps
+    agent = steps[step].agent
+    probability = {index: p for p, index in ranked}
+    step_p = probability.get(step, 0.0)
+    runner_up = next((p for p, index in ranked if index != step), 0.0)
+    mass = support_of(rows, ranked, agent)
+    row = rows.rows[rows.candidates.index(step)] if step in rows.candidates else {}
+    evidence = structure = 0.0
+    if row and model is not None:
+        for part, name in model.contributions(row):
+            if name in _STRUCTURE:
+                structure += part
+            else:
+                evidence += part
+    features: dict[str, float] = {
+        "evidence": evidence,
+        "structure": structure,
+        "step_p": step_p,
+        "step_margin": step_p - runner_up,
+        "mass": mass,
+        "agree": float(steps[ranked[0][1]].agent == agent) if ranked else 0.0,
+        "dependency": float(dependency),
+        "error": float(any(row.get(name) for name in ("is_error", "caused_failing_result", "dependency"))),
+        "testified": float(bool(row.get("testified_wrong"))),
+        "steps": math.log1p(len(steps)),
+        "givers": float(bool(rows.roles.task_givers)),
+    }
+    features |= {f"shows_{kind}": float(bool(row.get(kind))) for kind in EVIDENCE_KINDS}
+    if agents:
+        first = next((p for p, name in agents if name == agent), 0.0)
+        second = next((p for p, name in agents if name != agent), 0.0)
+        features |= {"agent_p": first, "agent_margin": first - second, "agents": 1.0 / len(agents)}
+    else:
+        speakers = {steps[index].agent for index in rows.candidates}
+        features |= {"agent_p": mass, "agent_margin": 0.0, "agents": 1.0 / max(1, len(speakers))}
+    return features
 
 
 def support_of(rows: StepRows, ranked: list[tuple[float, int]], agent: str) -> float:
     """How much of the evidence says this agent, whichever of its steps it was: the share of the
-    ranking's probability on its steps. What ``decided`` is read from."""
+    ranking's probability on its steps."""
     steps = rows.trajectory.steps
     return sum(probability for probability, index in ranked if steps[index].agent == agent)
 
@@ -341,14 +436,14 @@ class RankerAttribution:
             raise AttributionError("the trajectory has no steps")
         rows = step_rows(trajectory)
         ranked = rank(rows, self.model)
-        chosen = decide(rows, ranked, self.model)
-        return verdict(rows, ranked, chosen, self.model, started=started, method=self.name)
+        judgement = judge(rows, ranked, self.model)
+        return verdict(rows, ranked, judgement, self.model, started=started, method=self.name)
 
 
 def verdict(
     rows: StepRows,
     ranked: list[tuple[float, int]],
-    chosen: int,
+    judgement: Judgement,
     model: RankerModel,
     *,
     started: float,
@@ -356,6 +451,7 @@ def verdict(
 ) -> Attribution:
     """One coherent statement for the chosen step: who, where, why, and what kind of failure."""
     trajectory = rows.trajectory
+    chosen = judgement.step
     step = trajectory.steps[chosen]
     row = rows.rows[rows.candidates.index(chosen)]
     ordered = [item for item in ranked if item[1] == chosen] + [item for item in ranked if item[1] != chosen]
@@ -363,7 +459,10 @@ def verdict(
         Candidate(step=index, agent=trajectory.steps[index].agent, score=round(min(1.0, p), 4))
         for p, index in ordered[:MAX_CANDIDATES]
     ]
-    confidence = confidence_of(ranked, chosen)
+    if model.correctness is not None:
+        confidence = round(min(0.99, max(0.01, judgement.right)), 3)
+    else:
+        confidence = confidence_of(ranked, chosen)
     dependency = rows.reading.dependency_at.get(chosen)
     name: str | None = None
     detail = ""
@@ -402,7 +501,7 @@ def verdict(
         agent=step.agent,
         step=chosen,
         confidence=confidence,
-        decided=support_of(rows, ranked, step.agent) >= model.decided_threshold,
+        decided=judgement.right >= model.decided_threshold,
         reason=reason,
         method=method,
         candidates=candidates,
@@ -410,7 +509,20 @@ def verdict(
         **update,  # type: ignore[arg-type]
     )
     if attribution.category != "dependency":
-        mode = failure_mode(trajectory, attribution)
+        mode = failure_mode(trajectory, attribution) or _modelled_mode(
+            model.modes, trajectory, step.agent, judgement.role_of(step.agent)
+        )
         if mode is not None:
             attribution = attribution.model_copy(update={"failure_mode": mode})
     return attribution
+
+
+def _modelled_mode(
+    modes: ModeModel | None, trajectory: Trajectory, agent: str, role: dict[str, float]
+) -> str | None:
+    """The failure mode the mode model reads in the blamed agent's words and part, as
+    ``blame.failure_mode`` names it (None without a model, or where no mode stands out)."""
+    if modes is None:
+        return None
+    number = modes.predict(trajectory, agent, role)
+    return MODE_BY_NUMBER.get(number) if number else None

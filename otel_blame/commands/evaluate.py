@@ -1,5 +1,8 @@
 """``otel-blame eval``: score an attribution method on a Who&When-layout dataset (a decisive agent and step
-per log) or a TRAIL-layout one (real traces with errors labelled on their spans)."""
+per log), a TRAIL-layout one (real traces with errors labelled on their spans) or an AEGIS-layout one
+(failed runs whose faulty agents and failure modes are labelled). Every layout also reports what a
+user lives with: the share of verdicts decided, how often those are right, and the risk-coverage
+table."""
 
 from __future__ import annotations
 
@@ -84,16 +87,17 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
     "--dataset",
     "dataset_dir",
     required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A directory with the Who&When layout (Algorithm-Generated/*.json, Hand-Crafted/*.json) or the "
-    "TRAIL layout (traces/*.json[.gz] span trees or OTLP exports, annotations/*.json span-level labels).",
+    type=click.Path(exists=True, path_type=Path),
+    help="A directory with the Who&When layout (Algorithm-Generated/*.json, Hand-Crafted/*.json), the "
+    "TRAIL layout (traces/*.json[.gz] span trees or OTLP exports, annotations/*.json span-level labels), "
+    "or the AEGIS layout (a *.jsonl[.gz] of runs with faulty_agents, or a directory holding one).",
 )
 @click.option(
     "--subset",
     "subsets",
     multiple=True,
     help=f"Only these subsets (repeatable): {', '.join(SUBSETS)}; for TRAIL, the traces' name prefix "
-    "(gaia, swe_bench).",
+    "(gaia, swe_bench); for AEGIS, system shapes (debate, graph-nodes, magentic-one, ...).",
 )
 @method_option
 @model_option
@@ -101,7 +105,9 @@ def _print_baselines(summaries: list[SubsetSummary], baselines: list[BaselineSum
 @ground_truth_option
 @cache_option
 @escalation_option
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="At most N logs from each subset (AEGIS: all)."
+)
 @click.option(
     "--out",
     "out_path",
@@ -121,10 +127,18 @@ def eval_command(
     limit: int | None,
     out_path: Path,
 ) -> None:
-    """Score a method on a Who&When-layout dataset by exact match, or on a TRAIL-layout dataset by its
-    span-level labels; write predictions to --out."""
+    """Score a method on a Who&When-layout dataset by exact match, on a TRAIL-layout dataset by its
+    span-level labels, or on an AEGIS-layout dataset by its faulty agents and failure modes; write
+    predictions to --out."""
+    from otel_blame.datasets.aegis import is_aegis_dataset
     from otel_blame.datasets.trail import is_trail_dataset
 
+    if is_aegis_dataset(dataset_dir):
+        method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
+        _eval_aegis(dataset_dir, subsets, method, limit, out_path)
+        return
+    if not dataset_dir.is_dir():
+        raise click.BadParameter(f"{dataset_dir}: not a directory, nor AEGIS runs", param_hint="--dataset")
     if is_trail_dataset(dataset_dir):
         method = build_method(method_name, model, base_url, with_ground_truth, cache_dir, escalation)
         _eval_trail(dataset_dir, subsets, method, limit, out_path)
@@ -153,6 +167,7 @@ def eval_command(
     summaries = summarise(records)
     _print_summaries(summaries)
     _print_baselines(summaries, evaluate_baselines(dataset_dir, files))
+    _print_decided(records, key=lambda record: record.file.split("/", 1)[0])
     click.echo(f"predictions: {out_path}")
 
 
@@ -189,7 +204,66 @@ def _eval_trail(
     click.echo("step of the earliest HIGH-impact error (TRAIL's closest to a decisive step)")
     for line in trail_table(rows, method_name):
         click.echo(line)
+    _print_decided(records, key=lambda record: record.subset, right=lambda record: record.hit1, what="hit@1")
     click.echo(f"predictions: {out_path}")
+
+
+def _eval_aegis(
+    dataset: Path, shapes: tuple[str, ...], method: AttributionMethod, limit: int | None, out_path: Path
+) -> None:
+    """The blamed agent against the faulty ones, decided verdicts, and the failure mode named against
+    the blamed agent's labelled one (its MAST group too), per system shape, beside a random speaker."""
+    from otel_blame.datasets.aegis import iter_runs
+    from otel_blame.evaluation.aegis import aegis_table, evaluate_aegis, summarise_aegis
+    from otel_blame.loaders import TrajectoryFormatError
+
+    try:
+        runs = [run for run in iter_runs(dataset) if not shapes or run.shape in shapes][:limit]
+    except (FileNotFoundError, TrajectoryFormatError) as error:
+        raise click.ClickException(str(error)) from None
+    if not runs:
+        raise click.ClickException(f"no runs of shape {', '.join(shapes)} in {dataset}")
+    by_file = {f"aegis:{run.line}": run for run in runs}
+    records = _predict_each(
+        [Path(name) for name in by_file],
+        method.name,
+        out_path,
+        lambda bar, write: evaluate_aegis(method, (by_file[str(path)] for path in bar), on_record=write),
+    )
+    click.echo("faulty agent named % (random: a speaker picked at random); decided share and how")
+    click.echo("often right; failure mode and MAST group %, where the blamed agent is faulty")
+    for line in aegis_table(summarise_aegis(records)):
+        click.echo(line)
+    _print_decided(records, key=lambda record: record.shape, decided_table=False)
+    click.echo(f"predictions: {out_path}")
+
+
+def _print_decided(
+    records: Iterable[Any],
+    *,
+    key: Callable[[Any], str],
+    right: Callable[[Any], bool] = lambda record: bool(record.agent_correct),
+    what: str = "agent",
+    decided_table: bool = True,
+) -> None:
+    """Decided verdicts (share, and how often right) and the risk-coverage table, per group."""
+    from otel_blame.evaluation.coverage import coverage_lines, decided_summary, percent
+
+    groups: dict[str, list[Any]] = {}
+    for record in records:
+        groups.setdefault(key(record), []).append(record)
+    if not groups:
+        return
+    if decided_table:
+        click.echo(f"\ndecided verdicts: share of runs, and {what} right among them, %")
+        for name, group in groups.items():
+            found = decided_summary([(record.decided, right(record)) for record in group])
+            share, accuracy = percent(found.share), percent(found.accuracy)
+            click.echo(f"  {name[:24]:<24} {share:>6} decided, {accuracy:>6} right")
+    click.echo("")
+    curves = [(name, [(r.confidence or 0.0, right(r)) for r in group]) for name, group in groups.items()]
+    for line in coverage_lines(curves, what):
+        click.echo(line)
 
 
 class _Record(Protocol):

@@ -25,6 +25,7 @@ from otel_blame.attribution.baselines import PositionalBaseline
 from otel_blame.attribution.known_answer import agent_key, same_agent
 from otel_blame.attribution.result import Attribution
 from otel_blame.datasets.trail import TrailCase, load_trail_case
+from otel_blame.evaluation.coverage import percent
 
 TRAIL_BASELINES = ("first_step", "last_step", "first_failed")
 
@@ -49,6 +50,7 @@ class TrailRecord(BaseModel):
     step_correct: bool | None
     decided: bool
     seconds: float
+    confidence: float | None = None
 
 
 def score_trail_case(case: TrailCase, attribution: Attribution | None, seconds: float = 0.0) -> TrailRecord:
@@ -73,6 +75,7 @@ def score_trail_case(case: TrailCase, attribution: Attribution | None, seconds: 
             step_correct=False if decisive is not None else None,
             decided=False,
             seconds=seconds,
+            confidence=None,
         )
     span = steps[attribution.step].span_id
     top3 = [steps[c.step].span_id for c in attribution.candidates[:3] if c.step < len(steps)] or [span]
@@ -92,6 +95,7 @@ def score_trail_case(case: TrailCase, attribution: Attribution | None, seconds: 
         step_correct=(attribution.step == decisive) if decisive is not None else None,
         decided=attribution.decided,
         seconds=round(seconds, 6),
+        confidence=attribution.confidence,
     )
 
 
@@ -226,8 +230,3 @@ def trail_table(rows: Sequence[TrailSummary], method: str) -> list[str]:
         cells = [percent(value) for value in (row.hit1, row.hit1_high, row.hit3, row.agent, row.step)]
         lines.append(f"{row.name:<14} {row.subset:<10} {row.traces:>6} " + " ".join(f"{c:>6}" for c in cells))
     return lines
-
-
-def percent(value: float | None) -> str:
-    """A share as a percentage to one decimal (``–`` when there is none): a table cell."""
-    return "–" if value is None else f"{100 * value:.1f}"

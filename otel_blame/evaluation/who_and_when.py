@@ -37,6 +37,8 @@ class PredictionRecord(BaseModel):
     input_tokens: int
     output_tokens: int
     seconds: float
+    decided: bool = False
+    confidence: float | None = None
 
 
 class SubsetSummary(BaseModel):
@@ -85,6 +87,8 @@ def score_case(
         input_tokens=cost.input_tokens,
         output_tokens=cost.output_tokens,
         seconds=round(cost.seconds, 4),
+        decided=attribution.decided,
+        confidence=attribution.confidence,
     )
 
 

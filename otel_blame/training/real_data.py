@@ -1,254 +1,277 @@
-"""Leave-one-dataset-out validation of the ranker on real failures, and the decided threshold.
+"""The ranker judged on real failures it never saw, and the model to ship.
 
-A data set is a list of :class:`~otel_blame.training.ranker_fit.LabelledRun` (Who&When's two subsets,
-TRAIL's two, the zoo's campaigns). Every run of a held-out data set is scored by a model fitted on the
-others. Whether a verdict is *decided* is a threshold on its support (the blamed agent's share of the
-ranking's probability, :func:`otel_blame.attribution.ranker.agent_support`); the threshold for a held-out
-data set is chosen on the other data sets' own held-out verdicts (each scored by a model fitted
-without it and without the held-out set), as the lowest at which their decided verdicts are right at
-least ``TARGET_PRECISION`` of the time, so the threshold never sees the data set it is judged on.
+Data sets: Who&When dev (its two subsets), TRAIL dev (its two), AEGIS dev and the zoo's campaigns
+(each app a system of its own). How each figure stays out of sample:
 
-A decided verdict must be right on the agent (the team an alert pages), on every data set: the threshold
-is fitted for that. On TRAIL the decided verdicts' span hits (the blamed step is one its people
-annotated) are reported beside, as issue 27's target for TRAIL names them.
+- **A data set left out** (Who&When, TRAIL, each zoo app): scored by stages fitted without it; its
+  verdicts' odds by a correctness model fitted on the held-out verdicts of the *other* data sets
+  (:func:`otel_blame.training.ranker_fit.held_out_verdicts`: each made by stages fitted without its
+  own data set), with the decided threshold read on those too.
+- **AEGIS by question**: five folds, the runs of one question in one fold; each fold scored by stages
+  fitted on everything else (AEGIS's other questions included), its odds by a correctness model that
+  never saw the fold's verdicts; the failure-mode model fitted on the other folds' labelled agents.
+- **AEGIS, each system shape left out**, the same way.
+
+The held-out verdicts the correctness models learn from are made once for all data sets (one stage fit
+per data set), so a figure's correctness model saw no verdict of the runs it scores, though the stages
+that made those other verdicts did see them: a second-order overlap this module accepts to keep the
+report to one hour of fitting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
-from otel_blame.attribution.baselines import PositionalBaseline
-from otel_blame.datasets.who_and_when import SUBSETS
-from otel_blame.evaluation.trail import percent
+from otel_blame.attribution.ranker import LinearScorer, RankerModel
+from otel_blame.datasets.aegis import mode_group
+from otel_blame.evaluation.coverage import COVERAGES, percent
+from otel_blame.training import mode_fit as mf
 from otel_blame.training import ranker_fit as rf
+from otel_blame.training.runs import AEGIS, ZOO, LabelledRun
 
-TARGET_PRECISION = 0.9  # above the 85 % asked for: a threshold read on other data sets is optimistic
-COVERAGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-ZOO = "zoo"
-
-# Models fitted on the data sets less some, by the names left out. Fitting is deterministic (full-batch
-# Adam from the prior), so a model asked for again, the same names left out in any order, is the one
-# already fitted: leave_one_dataset_out fits each pair once, and fit_shipped, given the same dict
-# (for the same data sets), fits only the model on all of them.
-Fits = dict[frozenset[str], rf.RankerModel]
-
-
-def dataset_name(group: str) -> str:
-    """The data set a run of ``group`` belongs to: a TRAIL subset is its own (``trail-gaia``), a
-    Who&When subset is ``ww-<subset>``, any other group (an app's name) is the zoo."""
-    if group.startswith("trail"):
-        return group
-    return f"ww-{group}" if group in SUBSETS else ZOO
-
-
-def right(item: rf.Scored) -> bool:
-    """What a decided verdict must get right: the agent."""
-    return item.agent_correct
-
-
-def load_datasets(
-    who_and_when: Path | None, trail: Path | None, zoo: Sequence[Path] = ()
-) -> dict[str, list[rf.LabelledRun]]:
-    """Each real data set under its name; the zoo's app campaigns (every directory below each ``zoo``
-    path that holds labelled runs) as one data set, each run keeping its app as its group."""
-    datasets: dict[str, list[rf.LabelledRun]] = {}
-    if who_and_when is not None:
-        for run in rf.load_group(who_and_when):
-            datasets.setdefault(dataset_name(run.group), []).append(run)
-    if trail is not None:
-        for run in rf.load_trail(trail):
-            datasets.setdefault(dataset_name(run.group), []).append(run)
-    for folder in zoo:
-        for app in sorted(p for p in folder.iterdir() if p.is_dir()):
-            datasets.setdefault(ZOO, []).extend(rf.load_group(app, group=app.name))
-    return {name: runs for name, runs in datasets.items() if runs}
-
-
-def _fit(datasets: Mapping[str, list[rf.LabelledRun]], without: frozenset[str], fits: Fits) -> rf.RankerModel:
-    """The model fitted on every data set but those ``without``, from ``fits`` when fitted already."""
-    if without not in fits:
-        training = [run for name, runs in datasets.items() if name not in without for run in runs]
-        fits[without] = rf.fit(training)
-    return fits[without]
-
-
-def threshold_for(scored: Sequence[rf.Scored], precision: float = TARGET_PRECISION) -> float:
-    """The lowest support at which the verdicts at or above it are right ``precision`` of the time, each
-    data set weighing the same (1.01, nothing decided, when no threshold gets there)."""
-    sizes: dict[str, int] = {}
-    for item in scored:
-        name = dataset_name(item.run.group)
-        sizes[name] = sizes.get(name, 0) + 1
-    ordered = sorted(scored, key=lambda item: -item.support)
-    best = 1.01
-    weight = hits = 0.0
-    for count, item in enumerate(ordered, start=1):
-        share = 1.0 / sizes[dataset_name(item.run.group)]
-        weight += share
-        hits += share * right(item)
-        is_last_of_tie = count == len(ordered) or ordered[count].support < item.support
-        if is_last_of_tie and hits / weight >= precision:
-            best = item.support
-    return best
+TASK_GIVER_NAMES = frozenset({"user", "system"})  # how AEGIS names its task-givers (scoring only)
 
 
 @dataclass
-class DatasetResult:
+class Result:
+    """One held-out set's verdicts, scored."""
+
     name: str
     scored: list[rf.Scored]
     threshold: float
+    modes: list[tuple[str | None, tuple[str, ...]]] = field(default_factory=list)  # (named, labelled)
 
-    @property
-    def decided(self) -> list[rf.Scored]:
-        return [item for item in self.scored if item.support >= self.threshold]
-
-
-@dataclass
-class Report:
-    results: list[DatasetResult]
-
-    def to_dict(self) -> dict:
-        return {
-            result.name: {
-                "runs": len(result.scored),
-                "threshold": result.threshold,
-                **summary(result),
-            }
-            for result in self.results
-        }
-
-
-def leave_one_dataset_out(
-    datasets: Mapping[str, list[rf.LabelledRun]],
-    *,
-    precision: float = TARGET_PRECISION,
-    fits: Fits | None = None,
-) -> Report:
-    """Every real data set scored by a model fitted on the others, with a decided threshold read on the
-    other real data sets' own held-out verdicts (each ranked by a model fitted without it and without
-    the held-out set). The zoo is fitted on but not scored here: its own figure is leave-one-app-out.
-    ``fits`` keeps the models fitted (see :data:`Fits`)."""
-    fits = {} if fits is None else fits
-    results = []
-    for held in datasets:
-        if held == ZOO:
-            continue
-        inner = [
-            item
-            for other in datasets
-            if other not in (held, ZOO)
-            for item in rf.predict(_fit(datasets, frozenset({held, other}), fits), datasets[other])
-        ]
-        scored = rf.predict(_fit(datasets, frozenset({held}), fits), datasets[held])
-        results.append(DatasetResult(held, scored, threshold_for(inner, precision)))
-    return Report(results)
-
-
-def fit_shipped(
-    datasets: Mapping[str, list[rf.LabelledRun]],
-    *,
-    precision: float = TARGET_PRECISION,
-    fits: Fits | None = None,
-) -> rf.RankerModel:
-    """The model to ship: fitted on every data set, its decided threshold read on every real data set's
-    held-out verdicts (each scored by a model fitted without it). ``fits``: the models
-    :func:`leave_one_dataset_out` fitted on the same data sets, not fitted again."""
-    fits = {} if fits is None else fits
-    verdicts = [
-        item
-        for name in datasets
-        if name != ZOO
-        for item in rf.predict(_fit(datasets, frozenset({name}), fits), datasets[name])
-    ]
-    model = _fit(datasets, frozenset(), fits)
-    return replace(model, decided_threshold=round(threshold_for(verdicts, precision), 4))
+    def summary(self) -> dict[str, float | int | None]:
+        return summarise(self.scored, self.modes)
 
 
 def _share(values: Sequence[bool]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summary(result: DatasetResult) -> dict[str, float | None]:
-    scored = result.scored
+def summarise(
+    scored: Sequence[rf.Scored], modes: Sequence[tuple[str | None, tuple[str, ...]]] = ()
+) -> dict[str, float | int | None]:
     runs = [item.run for item in scored]
-    decided = result.decided
-    steps = [len(run.rows.trajectory.steps) for run in runs]
-    speakers = [len(run.rows.trajectory.agents) for run in runs]
+    decided = [item for item in scored if item.decided]
+    speakers = [len(run.trajectory.agents) for run in runs]
+    labelled = [item for item in scored if item.step_correct is not None]
+    hits = [item for item in scored if item.hit is not None]
     return {
+        "runs": len(scored),
         "agent": _share([item.agent_correct for item in scored]),
-        "step": _share([item.step_correct for item in scored]),
-        "hit": _share([item.hit for item in scored]),
-        "random_speaker": sum(1 / n for n in speakers) / len(speakers),
-        "random_step": sum(1 / n for n in steps) / len(steps),
-        "random_hit": sum(len(run.accepted) / len(run.rows.trajectory.steps) for run in runs) / len(runs),
-        "step0_verdicts": _share([item.step == 0 for item in scored]),
-        "step0_labels": _share([run.mistake_step == 0 for run in runs]),
+        "step": _share([bool(item.step_correct) for item in labelled]),
+        "hit": _share([bool(item.hit) for item in hits]),
+        "random_speaker": sum(
+            len(run.faulty & set(run.trajectory.agents)) / n for run, n in zip(runs, speakers, strict=True)
+        )
+        / len(runs),
         "decided_share": len(decided) / len(scored),
         "decided_agent": _share([item.agent_correct for item in decided]),
-        "decided_hit": _share([item.hit for item in decided]),
+        "decided_hit": _share([bool(item.hit) for item in decided if item.hit is not None]),
+        "task_givers_blamed": sum(1 for item in scored if item.agent.lower() in TASK_GIVER_NAMES),
+        "task_statement_blamed": sum(
+            1 for item in scored if item.step == item.run.rows.reading.graph.task_step
+        ),
+        "mode": _share([named in labels for named, labels in modes]) if modes else None,
+        "mode_group": _share([_same_group(named, labels) for named, labels in modes]) if modes else None,
+        "modes_scored": len(modes),
+        "task_giver_labelled": sum(1 for run in runs if run.task_giver_labelled),
     }
 
 
-def risk_coverage(scored: Sequence[rf.Scored]) -> list[tuple[float, float]]:
-    """(coverage, agent right, step hit) of the best-supported verdicts, at each of COVERAGES."""
-    ordered = sorted(scored, key=lambda item: -item.support)
-    out = []
+def _same_group(named: str | None, labels: Sequence[str]) -> bool:
+    return named is not None and mode_group(named) in {mode_group(label) for label in labels}
+
+
+def risk_coverage(scored: Sequence[rf.Scored], right: Callable[[rf.Scored], bool]) -> list[float]:
+    ordered = sorted(scored, key=lambda item: -item.right)
+    found = []
     for coverage in COVERAGES:
         count = max(1, round(coverage * len(ordered)))
-        top = ordered[:count]
-        out.append((coverage, sum(right(i) for i in top) / count, sum(i.hit for i in top) / count))
-    return out
+        found.append(sum(right(item) for item in ordered[:count]) / count)
+    return found
 
 
-def positional(runs: Sequence[rf.LabelledRun], baselines: Sequence[PositionalBaseline]) -> dict[str, tuple]:
-    """Each positional rule's (agent, step, hit) accuracy on the runs."""
-    out = {}
-    for baseline in baselines:
-        agent = step = hit = 0
-        for run in runs:
-            answer = baseline.attribute(run.rows.trajectory)
-            agent += answer.agent == run.mistake_agent
-            step += answer.step == run.mistake_step
-            hit += answer.step in run.accepted
-        n = len(runs)
-        out[baseline.rule] = (agent / n, step / n, hit / n)
-    return out
+def correctness_for(
+    pool: Sequence[rf.Scored], left_out: set[str], precision: float
+) -> tuple[LinearScorer, float]:
+    """The correctness model and threshold fitted on the held-out verdicts in ``pool`` except those of
+    the runs ``left_out`` (by file)."""
+    kept = [item for item in pool if item.run.file not in left_out]
+    scorer = rf.fit_correctness(kept)
+    for item in kept:
+        item.right = scorer.probability(item.support)
+    return scorer, rf.threshold_for(kept, precision)
 
 
-def report_lines(report: Report, baselines: Sequence[PositionalBaseline]) -> list[str]:
-    lines = [
-        "| data set | runs | agent % | step % | hit % | best positional agent / step / hit % | random "
-        "speaker / step / hit % | step 0: verdicts / labels % | decided: share / agent / hit % (threshold) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for result in report.results:
-        figures = summary(result)
-        runs = [item.run for item in result.scored]
-        rules = positional(runs, baselines)
-        best_agent = max(rules.items(), key=lambda item: item[1][0])
-        best_step = max(rules.items(), key=lambda item: item[1][1])
-        best_hit = max(rules.items(), key=lambda item: item[1][2])
-        lines.append(
-            f"| {result.name} | {len(runs)} | {percent(figures['agent'])} | {percent(figures['step'])} | "
-            f"{percent(figures['hit'])} | {percent(best_agent[1][0])} ({best_agent[0]}) / "
-            f"{percent(best_step[1][1])} ({best_step[0]}) / {percent(best_hit[1][2])} ({best_hit[0]}) | "
-            f"{percent(figures['random_speaker'])} / {percent(figures['random_step'])} / "
-            f"{percent(figures['random_hit'])} | {percent(figures['step0_verdicts'])} / "
-            f"{percent(figures['step0_labels'])} | {percent(figures['decided_share'])} / "
-            f"{percent(figures['decided_agent'])} / {percent(figures['decided_hit'])} "
-            f"({result.threshold:.3f}) |"
+def score_held_out(
+    training: Sequence[LabelledRun],
+    held: Sequence[LabelledRun],
+    pool: Sequence[rf.Scored],
+    name: str,
+    *,
+    precision: float,
+    with_modes: bool = False,
+) -> Result:
+    """``held`` scored by every stage fitted without it (see the module docstring)."""
+    model = rf.fit_stages(training)
+    scorer, threshold = correctness_for(pool, {run.file for run in held}, precision)
+    model = replace(model, correctness=scorer, decided_threshold=threshold)
+    modes: list[tuple[str | None, tuple[str, ...]]] = []
+    if with_modes:
+        examples = mf.examples([run for run in training if run.modes], model)
+        model = replace(model, modes=mf.fit_modes(examples))
+    scored = rf.predict(model, held)
+    if with_modes and model.modes is not None:
+        for item in scored:
+            labels = item.run.modes.get(item.agent, ())
+            if labels:
+                role = mf.role_of(item.run, item.agent, model)
+                modes.append((model.modes.predict(item.run.trajectory, item.agent, role), labels))
+    return Result(name, scored, threshold, modes)
+
+
+@dataclass
+class Report:
+    datasets: list[Result]
+    aegis_by_question: Result | None = None
+    aegis_shapes: list[Result] = field(default_factory=list)
+    zoo_apps: list[Result] = field(default_factory=list)
+    zoo_fresh: list[Result] = field(default_factory=list)
+
+
+def evaluate(
+    runs: Sequence[LabelledRun],
+    pool: Sequence[rf.Scored],
+    *,
+    fresh: Sequence[LabelledRun] = (),
+    precision: float = rf.TARGET_PRECISION,
+    folds: int = 5,
+    progress: Callable[[str], None] = lambda _: None,
+) -> Report:
+    """Every figure of the report (see the module docstring); ``fresh``: zoo runs never fitted on, each
+    app's scored by the stages fitted without that app."""
+    report = Report([])
+    names = sorted({run.dataset for run in runs} - {ZOO, AEGIS})
+    for name in names:
+        progress(name)
+        report.datasets.append(
+            score_held_out(
+                [run for run in runs if run.dataset != name],
+                [run for run in runs if run.dataset == name],
+                pool,
+                name,
+                precision=precision,
+            )
         )
-    lines += [
-        "",
-        "Risk-coverage: agent right / step hit %, among the best-supported verdicts, by coverage %:",
-        "",
-    ]
-    lines.append("| data set | " + " | ".join(f"{round(100 * c)}" for c in COVERAGES) + " |")
+    aegis = [run for run in runs if run.dataset == AEGIS]
+    others = [run for run in runs if run.dataset != AEGIS]
+    if aegis:
+        progress(f"{AEGIS}, {folds} folds by question")
+        pooled: list[rf.Scored] = []
+        modes: list[tuple[str | None, tuple[str, ...]]] = []
+        thresholds = []
+        for fold in rf.question_folds(aegis, folds, seed=1):
+            inside = set(fold)
+            held = [aegis[position] for position in fold]
+            training = others + [run for position, run in enumerate(aegis) if position not in inside]
+            result = score_held_out(training, held, pool, AEGIS, precision=precision, with_modes=True)
+            pooled += result.scored
+            modes += result.modes
+            thresholds.append(result.threshold)
+        mean_threshold = sum(thresholds) / len(thresholds)
+        report.aegis_by_question = Result(f"{AEGIS} by question", pooled, mean_threshold, modes)
+        for shape in sorted({run.group for run in aegis}):
+            progress(shape)
+            report.aegis_shapes.append(
+                score_held_out(
+                    others + [run for run in aegis if run.group != shape],
+                    [run for run in aegis if run.group == shape],
+                    pool,
+                    shape,
+                    precision=precision,
+                )
+            )
+    zoo = [run for run in runs if run.dataset == ZOO]
+    for app in sorted({run.group for run in zoo}):
+        progress(app)
+        training = [run for run in runs if run.group != app]
+        report.zoo_apps.append(
+            score_held_out(training, [run for run in zoo if run.group == app], pool, app, precision=precision)
+        )
+        held_fresh = [run for run in fresh if run.group == app]
+        if held_fresh:
+            report.zoo_fresh.append(score_held_out(training, held_fresh, pool, app, precision=precision))
+    return report
+
+
+def fit_shipped(
+    runs: Sequence[LabelledRun], pool: Sequence[rf.Scored], *, precision: float = rf.TARGET_PRECISION
+) -> RankerModel:
+    """The model to ship: the stages on every run, the correctness model and threshold on every held-out
+    verdict (``pool``, :func:`otel_blame.training.ranker_fit.held_out_verdicts` of the same runs), the
+    failure-mode model on every labelled agent."""
+    model = rf.fit(runs, precision=precision, held_out=pool)
+    examples = mf.examples([run for run in runs if run.modes], model)
+    return replace(model, modes=mf.fit_modes(examples) if examples else None)
+
+
+# --- the report, as markdown -----------------------------------------------------------------------
+
+
+def _row(result: Result) -> str:
+    figures = result.summary()
+    step = figures["hit"] if result.name.startswith("trail") else figures["step"]
+    return (
+        f"| {result.name} | {figures['runs']} | {percent(figures['agent'])} | "  # type: ignore[arg-type]
+        f"{percent(figures['random_speaker'])} | {percent(step)} | "  # type: ignore[arg-type]
+        f"{percent(figures['decided_share'])} / {percent(figures['decided_agent'])} | "  # type: ignore[arg-type]
+        f"{percent(figures['decided_hit'])} | {figures['task_givers_blamed']} | "  # type: ignore[arg-type]
+        f"{figures['task_statement_blamed']} | {percent(figures['mode_group'])} / "  # type: ignore[arg-type]
+        f"{percent(figures['mode'])} |"  # type: ignore[arg-type]
+    )
+
+
+HEADER = (
+    "| held out | runs | agent % | random speaker % | step % (TRAIL: hit@1) | decided share / agent right % "
+    "| decided hit % | task-giver blamed | task statement blamed | mode group / mode % |"
+)
+
+
+def report_lines(report: Report) -> list[str]:
+    lines = [HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
+    results = [*report.datasets]
+    if report.aegis_by_question is not None:
+        results.append(report.aegis_by_question)
+    for result in report.aegis_shapes:
+        results.append(replace(result, name=f"aegis: {result.name.removeprefix('aegis-')} left out"))
+    results += [replace(result, name=f"zoo: {result.name} left out") for result in report.zoo_apps]
+    results += [replace(result, name=f"zoo fresh seed: {result.name}") for result in report.zoo_fresh]
+    lines += [_row(result) for result in results]
+    zoo_sets = (("every app left out in turn", report.zoo_apps), ("fresh seed", report.zoo_fresh))
+    for title, zoo_results in zoo_sets:
+        scored = [item for result in zoo_results for item in result.scored]
+        if not scored:
+            continue
+        blamable = [item for item in scored if not item.run.task_giver_labelled]
+        lines += [
+            "",
+            f"Zoo, {title}: {_pair(scored)} (agent / step %, {len(scored)} runs); without the "
+            f"{len(scored) - len(blamable)} runs whose planted fault is in the task's own message: "
+            f"{_pair(blamable)}",
+        ]
+    lines += ["", "Risk-coverage (agent right %, among the most confident verdicts, by the share kept):", ""]
+    lines.append("| held out | " + " | ".join(f"{round(100 * c)}" for c in COVERAGES) + " |")
     lines.append("|---|" + "---|" * len(COVERAGES))
-    for result in report.results:
-        curve = risk_coverage(result.scored)
-        cells = [f"{percent(agent)} / {percent(hit)}" for _, agent, hit in curve]
-        lines.append(f"| {result.name} | " + " | ".join(cells) + " |")
+    for result in results[: len(report.datasets) + (1 if report.aegis_by_question else 0)]:
+        curve = risk_coverage(result.scored, lambda item: item.agent_correct)
+        lines.append(f"| {result.name} | " + " | ".join(percent(value) for value in curve) + " |")
     return lines
+
+
+def _pair(scored: Sequence[rf.Scored]) -> str:
+    agent = _share([item.agent_correct for item in scored])
+    step = _share([bool(item.step_correct) for item in scored if item.step_correct is not None])
+    return f"{percent(agent)} / {percent(step)}"

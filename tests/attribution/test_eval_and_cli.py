@@ -27,6 +27,8 @@ RECORD_FIELDS = [
     "input_tokens",
     "output_tokens",
     "seconds",
+    "decided",
+    "confidence",
 ]
 
 
@@ -498,7 +500,8 @@ def test_eval_on_span_level_labels_scores_hits_beside_the_baselines(tmp_path: Pa
     result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset), "--out", str(out)])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    rows = {line.split()[0]: line.split() for line in lines if line.split() and "gaia" in line}
+    table = lines[: next(n for n, line in enumerate(lines) if line.startswith("decided verdicts"))]
+    rows = {line.split()[0]: line.split() for line in table if line.split() and "gaia" in line}
     assert set(rows) == {"ranker", "first_step", "last_step", "first_failed", "random"}
     # the first failed step is the failed page-down: a HIGH-impact hit, and its agent and step
     assert rows["first_failed"][3:] == ["100.0", "100.0", "100.0", "100.0", "100.0"]
@@ -511,3 +514,78 @@ def test_eval_on_span_level_labels_scores_hits_beside_the_baselines(tmp_path: Pa
         main, ["eval", "--dataset", str(dataset), "--subset", "swe_bench", "--out", str(out)]
     )
     assert bad.exit_code != 0 and "no traces of subset swe_bench" in bad.output
+
+
+def _aegis_dataset(path: Path) -> Path:
+    """Three AEGIS-layout runs: a debate whose user relays the task, and a two-agent role assignment."""
+    import gzip
+
+    question = "What is 6 times 7?"
+    runs = [
+        {
+            "question": question,
+            "trajectory": [
+                {"step": 1, "agent_name": "User", "content": question},
+                {"step": 2, "agent_name": "Assistant1", "content": "6 times 7 is 42."},
+                {"step": 3, "agent_name": "User", "content": question},
+                {
+                    "step": 4,
+                    "agent_name": "Assistant2",
+                    "content": "Let's assume 6 times 7 is 48. The answer is 48.",
+                },
+            ],
+            "faulty_agents": [{"agent_name": "assistant2", "error_type": "FM-1.1"}],
+        },
+        {
+            "question": question,
+            "trajectory": [
+                {"step": 1, "agent_name": "RoleAssigner", "content": "1. A mathematician. 2. A checker."},
+                {"step": 2, "agent_name": "Solver", "content": "The answer is 48."},
+                {"step": 3, "agent_name": "Critic", "content": "48 is verified and correct."},
+            ],
+            "faulty_agents": [
+                {"agent_name": "Solver", "error_type": "FM-2.6"},
+                {"agent_name": "Critic", "error_type": "FM-3.3"},
+            ],
+        },
+        {
+            "question": "Name the capital of France.",
+            "trajectory": [
+                {"step": 1, "agent_name": "RoleAssigner", "content": "1. A geographer."},
+                {"step": 2, "agent_name": "Solver", "content": "The capital is Lyon."},
+            ],
+            "faulty_agents": [{"agent_name": "ranker5", "error_type": "FM-1.2"}],
+        },
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        for run in runs:
+            out.write(json.dumps(run) + "\n")
+    return path
+
+
+def test_eval_on_aegis_scores_faulty_agents_modes_and_decided_verdicts(tmp_path: Path):
+    dataset = _aegis_dataset(tmp_path / "aegis" / "dev.jsonl.gz")
+    out = tmp_path / "pred.jsonl"
+    result = CliRunner().invoke(main, ["eval", "--dataset", str(dataset.parent), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows: dict[str, list[str]] = {}
+    for line in lines:  # the summary table's row of each shape (the first line naming it)
+        if line.split():
+            rows.setdefault(line.split()[0], line.split())
+    assert {"debate", "role-assignment", "all"} <= set(rows)
+    # the debate's user only relays the task: the made-up 48 is Assistant2's, a faulty agent
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [record["file"] for record in records] == ["aegis:1", "aegis:2", "aegis:3"]
+    assert records[0]["predicted_agent"] == "Assistant2" and records[0]["agent_correct"] is True
+    assert records[0]["labelled_modes"] == ["FM-1.1"]
+    assert records[2]["faulty_agents"] == [] and records[2]["agent_correct"] is False  # ranker5 never spoke
+    assert rows["debate"][1:4] == ["1", "100.0", "33.3"]  # one of three speakers is faulty
+    assert "most confident verdicts kept: agent right % (risk-coverage)" in lines
+    assert all(len(line) <= 80 for line in lines if not line.startswith("predictions:"))
+    only = CliRunner().invoke(
+        main, ["eval", "--dataset", str(dataset), "--subset", "debate", "--out", str(out)]
+    )
+    assert only.exit_code == 0, only.output
+    assert len(out.read_text().splitlines()) == 1

@@ -20,8 +20,9 @@ from opentelemetry.trace import Status, StatusCode
 from otel_blame import semconv as sc
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.arithmetic import printed_numbers
-from otel_blame.attribution.ranker import FEATURES, RankerAttribution, RankerModel
+from otel_blame.attribution.ranker import RankerAttribution, RankerModel
 from otel_blame.attribution.registry import DEFAULT_METHOD, create_method
+from otel_blame.attribution.step_rows import FEATURES
 from otel_blame.conventions import build_trajectory
 from otel_blame.conventions.otlp import sdk_spans_to_proto
 from otel_blame.inject.demo_app import code_reply, plan_reply, problem_for, review_reply
@@ -104,17 +105,18 @@ PLANTED = {
     FaultKind.TERMINATE: ("user", "planner", "coder"),
 }
 SEEDS = range(12)
-# the share of these runs whose planted step must be found, per kind (measured 2026-11-25: number
-# 0.67, drop_instruction 0.54, contradict_instruction 0.94, the others 1.0; number 0.47 since
-# 2026-11-28, when real failures (TRAIL) joined the fit: it gained 5 points of agent and 4 of step on
-# Who&When left out, and left the zoo's number faults where they were left one app out, 44 % of steps)
+# the share of these runs whose planted step must be found, per kind (measured 2026-11-29 with the
+# model fitted on AEGIS beside Who&When, TRAIL and the zoo, issue 32: number 0.44, drop_instruction
+# 0.75, contradict_instruction 0.66, terminate 0.78, the tool faults 1.0; before it, on 2026-11-28:
+# 0.47, 0.54, 0.94, 0.9 and 1.0. Real failures decide the fit, and the zoo's own figures are
+# docs/benchmarks.md's leave-one-app-out ones; these floors guard the shipped model in sample)
 FLOORS = {
-    FaultKind.NUMBER: 0.45,
-    FaultKind.DROP_INSTRUCTION: 0.4,
-    FaultKind.CONTRADICT_INSTRUCTION: 0.85,
+    FaultKind.NUMBER: 0.4,
+    FaultKind.DROP_INSTRUCTION: 0.7,
+    FaultKind.CONTRADICT_INSTRUCTION: 0.6,
     FaultKind.TOOL_ERROR: 1.0,
     FaultKind.WRONG_TOOL_RESULT: 1.0,
-    FaultKind.TERMINATE: 0.9,
+    FaultKind.TERMINATE: 0.72,
 }
 
 
@@ -288,3 +290,23 @@ def test_a_wrong_product_is_blamed_on_the_solver_by_the_default() -> None:
     assert create_method("signals").attribute(trajectory).agent == "Solver"  # the story is clear
     attribution = create_method(DEFAULT_METHOD).attribute(trajectory)
     assert (attribution.agent, attribution.step) == ("Solver", 1)
+
+
+# the planted faults that are decided, right, in every run above: a mechanical fault (an outage in a
+# tool's result) is shown by the run itself, whatever the data sets the model learned from
+DECIDED_KINDS = (FaultKind.TOOL_ERROR, FaultKind.WRONG_TOOL_RESULT)
+
+
+@pytest.mark.parametrize("kind", DECIDED_KINDS, ids=str)
+def test_a_mechanical_fault_is_decided_and_right(kind: FaultKind) -> None:
+    method = RankerAttribution()
+    verdicts = []
+    for agent in PLANTED[kind]:
+        for seed in SEEDS:
+            made = demo_run(seed, kind, agent)
+            if made is not None:
+                trajectory, planted = made
+                answer = method.attribute(trajectory)
+                verdicts.append((answer.decided, answer.agent == trajectory.steps[planted].agent))
+    assert len(verdicts) >= 8
+    assert all(decided and right for decided, right in verdicts), verdicts

@@ -3,18 +3,19 @@
 test_accuracy_floors.py), the offline default may not drop more than a few points below its
 recorded agent and step accuracy (docs/benchmarks.md, "Regression floors per zoo app").
 
-Recorded 2026-11-26 with the shipped ``ranker_model.json`` (the verdict is deterministic: two runs
-of each campaign gave the same figures), as ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=<the other
-frameworks> otel-blame inject --app zoo:NAME --runs N --seed S [--fault K ...] --json``:
+Recorded 2026-11-26, re-recorded 2026-11-29 (issue 32), with the shipped ``ranker_model.json`` (the
+verdict is deterministic: two runs of each campaign gave the same figures), as
+``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=<the other frameworks> otel-blame inject --app zoo:NAME
+--runs N --seed S [--fault K ...] --json``:
 
 ================  ====  ====  ======  =====  =====  =========================================
 app               runs  seed  scored  agent  step   faults
 ================  ====  ====  ======  =====  =====  =========================================
-customer_service    28     2       8  0.875  0.625  the app's own
-debate              40    11      10  0.700  0.700  the app's own
-orchestrator        28    11      10  0.700  0.400  terminate, tool_error, lost_context
-supervisor          32    11      12  0.667  0.583  the app's own
-triage              20    11       9  0.889  0.889  the app's own
+customer_service    28     2       8  0.750  0.375  the app's own
+debate              40    11      18  0.722  0.667  the app's own
+orchestrator        28    11      10  0.600  0.200  terminate, tool_error, lost_context
+supervisor          32    11      14  0.643  0.500  the app's own
+triage              20    11      11  0.909  0.909  the app's own
 ================  ====  ====  ======  =====  =====  =========================================
 
 Most runs of these apps are masked (the fault leaves the outcome a success) and are not scored, so
@@ -69,19 +70,19 @@ class Campaign(NamedTuple):
 
 
 # recorded figures as right / scored (exact: the floor keeps exactly one run of slack)
-RECORDED = {
-    "customer_service": Campaign(runs=28, seed=2, scored=8, agent=7 / 8, step=5 / 8),
-    "debate": Campaign(runs=40, seed=11, scored=10, agent=7 / 10, step=7 / 10),
-    "orchestrator": Campaign(  # 9/10, 6/10 until real failures joined the fit (2026-11-28)
+RECORDED = {  # re-recorded 2026-11-29 for the model fitted with AEGIS (issue 32); before it in comments
+    "customer_service": Campaign(runs=28, seed=2, scored=8, agent=6 / 8, step=3 / 8),  # 7/8, 5/8
+    "debate": Campaign(runs=40, seed=11, scored=18, agent=13 / 18, step=12 / 18),  # 7/10, 7/10 (10 scored)
+    "orchestrator": Campaign(  # 7/10, 4/10; 9/10, 6/10 until real failures joined the fit (2026-11-28)
         runs=28,
         seed=11,
         scored=10,
-        agent=7 / 10,
-        step=4 / 10,
+        agent=6 / 10,
+        step=2 / 10,
         faults=("terminate", "tool_error", "lost_context"),
     ),
-    "supervisor": Campaign(runs=32, seed=11, scored=12, agent=8 / 12, step=7 / 12),
-    "triage": Campaign(runs=20, seed=11, scored=9, agent=8 / 9, step=8 / 9),
+    "supervisor": Campaign(runs=32, seed=11, scored=14, agent=9 / 14, step=7 / 14),  # 8/12, 7/12 (12 scored)
+    "triage": Campaign(runs=20, seed=11, scored=11, agent=10 / 11, step=10 / 11),  # 8/9, 8/9 (9 scored)
 }
 SLACK = 0.05  # "more than a few points below" fails
 SLACK_RUNS = 1  # on ~10 scored runs a run is 10 points: one run of slack, the larger of the two

@@ -134,6 +134,7 @@ class CausalReading:
     features: dict[str, dict[int, float]]
     failure_path: set[int]
     dependency_at: dict[int, DependencyFailure] = field(default_factory=dict)
+    named_wrong: set[int] = field(default_factory=set)  # testified wrong by name or by confession
 
     def of(self, index: int) -> dict[str, float]:
         return {name: found[index] for name, found in self.features.items() if index in found}
@@ -710,7 +711,7 @@ def read_causally(
     if cut_short is not None:
         features["dropped_task"][cut_short] = 1.0
     features["input_found_lacking"].update(_found_lacking(graph, lowers))
-    said, against = read_testimony(graph.trajectory, lowers)
+    said, against, named = read_testimony(graph.trajectory, lowers)
     features["testimony"].update(said)
     features["testified_wrong"].update(against)
     atoms = _atoms_read(graph)
@@ -727,7 +728,7 @@ def read_causally(
     for index in dependency_at:  # a failing call recorded under the agent's own step (spans)
         if steps[index].kind == StepKind.MESSAGE:
             features["dependency"][index] = 1.0
-    return CausalReading(graph, features, path, dependency_at)
+    return CausalReading(graph, features, path, dependency_at, named)
 
 
 __all__ = ["CAUSAL_FEATURES", "CausalReading", "read_causally", "tokens_of"]

@@ -59,13 +59,16 @@ _CONFESSION_KEYS = ("made a", "my ", "apologi", "let me ", "i mis", "we mis", "o
 
 def read_testimony(
     trajectory: Trajectory, lowers: dict[int, str]
-) -> tuple[dict[int, float], dict[int, float]]:
-    """(testimony, testified_wrong): per step, whether it testifies that an earlier step went wrong,
-    and how many testimonies point at it (0..1: one is 0.5, two or more 1)."""
+) -> tuple[dict[int, float], dict[int, float], set[int]]:
+    """(testimony, testified_wrong, named): per step, whether it testifies that an earlier step went
+    wrong, and how many testimonies point at it (0..1: one is 0.5, two or more 1); and the steps a
+    testimony points at by naming their agent or by confessing (what a relayed message's author is
+    held to: an objection to the message it answers may be about what the message relays)."""
     steps = trajectory.steps
     agents = {step.agent.lower(): step.agent for step in steps if len(step.agent) > 2}
     said: dict[int, float] = {}
     against: dict[int, float] = {}
+    named: set[int] = set()
     for step in steps:
         if step.kind != StepKind.MESSAGE or step.index == 0:
             continue
@@ -80,17 +83,20 @@ def read_testimony(
         if not confession and (_ASCII_WRONG if ascii_text else _WRONG).search(head) is None:
             continue
         said[step.index] = 1.0
-        target = _pointed_at(trajectory, step.index, head, agents, own=confession)
+        target, by_name = _pointed_at(trajectory, step.index, head, agents, own=confession)
         if target is not None:
             against[target] = min(1.0, against.get(target, 0.0) + 0.5)
-    return said, against
+            if by_name:
+                named.add(target)
+    return said, against, named
 
 
 def _pointed_at(
     trajectory: Trajectory, index: int, head: str, agents: dict[str, str], *, own: bool
-) -> int | None:
+) -> tuple[int | None, bool]:
     """The earlier step a testimony is about: the latest step of an agent it names, else (a confession)
-    its own agent's latest earlier step, else the latest earlier message by another agent."""
+    its own agent's latest earlier step, else the latest earlier message by another agent; and
+    whether it was found by a name or a confession rather than by adjacency."""
     steps = trajectory.steps
     speaker = steps[index].agent
     named = [
@@ -104,10 +110,10 @@ def _pointed_at(
         step = steps[earlier]
         if named:
             if step.agent in named:
-                return earlier
+                return earlier, True
         elif own:
             if step.agent == speaker:
-                return earlier
+                return earlier, True
         elif step.kind == StepKind.MESSAGE and step.agent != speaker or step.kind != StepKind.MESSAGE:
-            return earlier
-    return None
+            return earlier, False
+    return None, False

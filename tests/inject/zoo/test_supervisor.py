@@ -151,6 +151,7 @@ KNOWN_MISSES: set[str] = {
     "wrong_tool_result",
     "lost_context",
     "number",
+    "wrong_tool",  # since the model learned from AEGIS (2026-11-29): the supervisor's summary is blamed
 }
 
 

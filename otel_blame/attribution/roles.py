@@ -1,0 +1,128 @@
+"""What part each agent plays in a run, read from what it says, never from its name.
+
+- **Copied text.** Each message's share of lines that the task or an earlier step already said: a
+  relay (a user forwarding the other agents' answers, a manager restating the task) copies, an agent
+  at work writes something new.
+- **Task-givers.** The speaker who first gives the task (a message holding the task's text and a few
+  words with no value or code of their own: the run's user), and any speaker whose every message
+  gives the task, gives a short directive with no value of its own ("Now proceed with the plan."),
+  or precedes the task's delivery (a preamble: instructions before there is a task). Such a speaker
+  passes the failure on; it does not make it: never blamed unless a later step shows its own message
+  was wrong. A run where every speaker looks like one has none (someone did the work). Copying is
+  not relaying: an agent that repeats another's work (a failure mode of its own) is not a
+  task-giver; how much each step copies is evidence for the rankers.
+
+Everything is read from a bounded window of each step (its head and tail), so the cost per step is
+bounded whatever the run relays.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from otel_blame.trajectory import StepKind, Trajectory
+
+MIN_LINE_CHARS = 12  # shorter lines ("```", "Answer:", a list marker) repeat by chance
+DIRECTIVE_CHARS = 160  # a message this short, with no value of its own, directs
+DELIVERY_EXTRA_CHARS = 1000  # what a message giving the task says besides it, at most
+TASK_PREFIX_CHARS = 200  # a message holding this much of the task's opening delivers the task
+_VALUE = re.compile(r"\d")
+# code of one's own (on squeezed, lower-cased text): a definition, a return, an import, an assignment, a call
+_CODE = re.compile(r"\b(?:def|class|return|import|lambda)\b|[^=!<>]=[^=]|\w\(")
+_SPACES = re.compile(r"\s+")
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in (part.strip() for part in text.splitlines()) if len(line) >= MIN_LINE_CHARS]
+
+
+def _squeezed(text: str) -> str:
+    """Lower-cased, each run of blanks one space (also a newline escaped in a serialised message)."""
+    return _SPACES.sub(" ", text.replace("\\n", " ")).strip().lower()
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Per step, the share of its text copied from the task or earlier steps; the run's task-givers."""
+
+    copied: tuple[float, ...]
+    task_givers: frozenset[str]
+    delivers_task: frozenset[int]  # message steps that carry the task's text
+
+
+def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
+    """``texts``: each step's window (what the other readings read of it)."""
+    steps = trajectory.steps
+    task = _Task.of(trajectory.task.input or "")
+    seen: set[str] = set(_lines(task.text))
+    delivering = [
+        step.index
+        for step, text in zip(steps, texts, strict=True)
+        if step.kind == StepKind.MESSAGE and _delivers(text, task)
+    ]
+    first_delivery = delivering[0] if delivering else -1
+    copied: list[float] = []
+    own_work: dict[str, bool] = {}
+    for step, text in zip(steps, texts, strict=True):
+        lines = _lines(text)
+        total = sum(map(len, lines))
+        repeated = sum(len(line) for line in lines if line in seen)
+        share = repeated / total if total else 0.0
+        copied.append(share)
+        seen.update(lines)
+        if step.kind != StepKind.MESSAGE:
+            continue
+        relays = (
+            step.index <= first_delivery  # a preamble (instructions before the task is given), or the task
+            or step.index in delivering
+            or _directs(text)
+        )
+        own_work[step.agent] = own_work.get(step.agent, False) or not relays
+    givers = {agent for agent, worked in own_work.items() if not worked}
+    if first_delivery >= 0:
+        givers.add(steps[first_delivery].agent)  # who gave the task: the run's user
+    if len(givers) >= len(own_work):
+        givers = set()  # every speaker looks like one: someone did the work, so none is
+    return Roles(copied=tuple(copied), task_givers=frozenset(givers), delivers_task=frozenset(delivering))
+
+
+def _directs(text: str) -> bool:
+    """A short directive with no value of its own ("Now proceed with the plan.")."""
+    if len(text) > 3 * DIRECTIVE_CHARS:  # (a blank-squeezed text this long is no directive: skip squeezing)
+        return False
+    own = _squeezed(text)
+    return len(own) < DIRECTIVE_CHARS and not _VALUE.search(own) and "```" not in own
+
+
+def _delivers(text: str, task: _Task) -> bool:
+    """A message that gives the task: it holds the task's opening word for word and, besides the task,
+    only a few words with no value and no code (a worker restating the task inside its work, a plan,
+    code, does not give it). A paraphrase is not recognised: it reads like a worker's restatement."""
+    if len(task.head) < 20 or len(text) > len(task.text) + DELIVERY_EXTRA_CHARS:
+        return False
+    squeezed = _squeezed(text)
+    if task.head in squeezed:
+        own = squeezed.replace(task.squeezed, " ").replace(task.head, " ")
+    else:
+        return False
+    return len(own) <= DELIVERY_EXTRA_CHARS and not _VALUE.search(own) and not _CODE.search(own)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """The task's text as the delivery test reads it."""
+
+    text: str
+    squeezed: str
+    head: str
+
+    @classmethod
+    def of(cls, text: str) -> _Task:
+        squeezed = _squeezed(text)
+        return cls(
+            text=text,
+            squeezed=squeezed,
+            head=_squeezed(text[: TASK_PREFIX_CHARS * 2])[:TASK_PREFIX_CHARS],
+        )

@@ -1,0 +1,65 @@
+"""Who only gives the task (otel_blame.attribution.roles), read from what each speaker says."""
+
+from __future__ import annotations
+
+from otel_blame.attribution.roles import read_roles
+from otel_blame.attribution.signals import _window
+from otel_blame.trajectory import Task, Trajectory
+
+QUESTION = "How many kilometres does a runner cover with 5 miles on Monday and 11 miles on Tuesday?"
+
+
+def run(*steps: tuple[str, str], task: str = QUESTION) -> Trajectory:
+    return Trajectory.from_steps(
+        [{"agent": agent, "content": content} for agent, content in steps], task=Task(input=task)
+    )
+
+
+def givers(trajectory: Trajectory) -> frozenset[str]:
+    return read_roles(trajectory, [_window(step.content) for step in trajectory.steps]).task_givers
+
+
+def test_a_moderator_who_gives_the_task_and_forwards_the_answers_is_a_task_giver() -> None:
+    debate = run(
+        ("User", QUESTION),
+        ("Assistant1", "5 miles is 8.05 km and 11 miles is 17.70 km, so 25.75 km in all."),
+        ("User", "These are the opinions of the other agents: ```25.75 km``` Give an updated answer."),
+        ("Assistant2", "Converting 16 miles at 1.609 km per mile gives 25.74 km."),
+        ("User", QUESTION),
+        ("Assistant3", "I agree with 25.75 km."),
+    )
+    assert givers(debate) == {"User"}
+
+
+def test_a_system_prompt_before_the_task_and_a_short_directive_give_no_work() -> None:
+    team = run(
+        ("System", "You are an expert assistant who solves tasks with code. Think, then act."),
+        ("User", f"New task: {QUESTION}"),
+        ("Manager", "Plan: 1. convert both days. 2. add them. ```python\nprint(round(16 * 1.609, 2))\n```"),
+        ("User", "Now proceed and carry out this plan."),
+        ("Manager", "The answer is 25.74 km."),
+    )
+    assert givers(team) == {"System", "User"}
+
+
+def test_an_expert_who_restates_the_task_and_then_works_is_no_task_giver() -> None:
+    experts = run(
+        ("Excel_Expert", f"# Task\n{QUESTION}\n## Plan\n1. Convert each day.\n2. Add them."),
+        ("Computer_terminal", "exitcode: 0 (execution succeeded)\nCode output: 25.75"),
+        ("Excel_Expert", "```python\nprint(5 * 1.609 + 11 * 1.609)\n```"),
+        ("Checker", "The total of 25.74 km is correct."),
+    )
+    assert givers(experts) == set()
+
+
+def test_a_speaker_who_copies_another_agents_work_is_no_task_giver() -> None:
+    answer = "Converting miles to kilometres: 5 miles is 8.05 km and 11 miles is 17.70 km.\nTotal: 25.75 km."
+    copied = run(("Assistant1", answer), ("Assistant2", answer), ("Assistant3", "I get 25.74 km instead."))
+    roles = read_roles(copied, [_window(step.content) for step in copied.steps])
+    assert roles.task_givers == set()
+    assert roles.copied[1] == 1.0 and roles.copied[0] == 0.0
+
+
+def test_when_every_speaker_looks_like_one_none_is() -> None:
+    assert givers(run(("user", QUESTION))) == set()
+    assert givers(run(("user", QUESTION), ("helper", "Now proceed."))) == set()
