@@ -4,7 +4,9 @@
   relay (a user forwarding the other agents' answers, a manager restating the task) copies, an agent
   at work writes something new.
 - **Task-givers.** The speaker who first gives the task (a message holding the task's text and a few
-  words with no value or code of their own: the run's user), and any speaker whose every message
+  words with no value or code of their own: the run's user; or the run's opening message, after a
+  system prompt, holding most of the task's words and no value of its own: a user who rephrases the
+  question inside instructions of its own), and any speaker whose every message
   gives the task, gives a short directive with no value of its own ("Now proceed with the plan."),
   or precedes the task's delivery (a preamble: instructions before there is a task). Such a speaker
   passes the failure on; it does not make it: never blamed unless a later step shows its own message
@@ -32,6 +34,15 @@ _VALUE = re.compile(r"\d")
 # code of one's own (on squeezed, lower-cased text): a definition, a return, an import, an assignment, a call
 _CODE = re.compile(r"\b(?:def|class|return|import|lambda)\b|[^=!<>]=[^=]|\w\(")
 _SPACES = re.compile(r"\s+")
+_WORD = re.compile(r"[a-z][a-z-]{3,}")
+_NUMBER = re.compile(r"\d+")
+REPHRASED_SHARE = 0.8  # of the task's words a message in other words holds
+# words a rephrasing changes freely ("What writer is quoted" / "Which writer was quoted"): not the task's
+_FUNCTION_WORDS = frozenset(
+    "what which when where whom whose that this these those there their then than from with into onto "
+    "about does have will would should could were been being your they them also only just each".split()
+)
+MIN_TASK_WORDS = 5  # a task of fewer words is not told apart from a message that mentions it
 
 
 def _lines(text: str) -> list[str]:
@@ -62,7 +73,18 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
         for step, text in zip(steps, texts, strict=True)
         if step.kind == StepKind.MESSAGE and _delivers(text, task)
     ]
+    # the run's opening message (after a system prompt, if any) may also give the task in its own words
+    # (a user's "New task:" that rephrases the question inside instructions of its own)
+    opening = [step.index for step in steps if step.kind == StepKind.MESSAGE][:2]
     first_delivery = delivering[0] if delivering else -1
+    for index in opening:
+        if first_delivery >= 0 and index >= first_delivery:
+            break
+        if _rephrases(texts[index], task):
+            first_delivery = index
+            break
+    if first_delivery >= 0 and first_delivery not in delivering:
+        delivering.insert(0, first_delivery)
     copied: list[float] = []
     own_work: dict[str, bool] = {}
     for step, text in zip(steps, texts, strict=True):
@@ -110,6 +132,18 @@ def _delivers(text: str, task: _Task) -> bool:
     return len(own) <= DELIVERY_EXTRA_CHARS and not _VALUE.search(own) and not _CODE.search(own)
 
 
+def _rephrases(text: str, task: _Task) -> bool:
+    """A message that gives the task in other words: it holds most of the task's words (``REPHRASED_SHARE``
+    of those of its opening), no value the task does not hold, and no code."""
+    if len(task.words) < MIN_TASK_WORDS:
+        return False
+    lowered = text.lower()
+    words = set(_WORD.findall(lowered))
+    if len(task.words & words) < REPHRASED_SHARE * len(task.words):
+        return False
+    return set(_NUMBER.findall(lowered)) <= task.numbers and not _CODE.search(_squeezed(text))
+
+
 @dataclass(frozen=True)
 class _Task:
     """The task's text as the delivery test reads it."""
@@ -117,6 +151,8 @@ class _Task:
     text: str
     squeezed: str
     head: str
+    words: frozenset[str]  # of its opening, four letters or more
+    numbers: frozenset[str]  # every number it holds
 
     @classmethod
     def of(cls, text: str) -> _Task:
@@ -125,4 +161,6 @@ class _Task:
             text=text,
             squeezed=squeezed,
             head=_squeezed(text[: TASK_PREFIX_CHARS * 2])[:TASK_PREFIX_CHARS],
+            words=frozenset(_WORD.findall(text[: TASK_PREFIX_CHARS * 2].lower())) - _FUNCTION_WORDS,
+            numbers=frozenset(_NUMBER.findall(text.lower())),
         )

@@ -63,3 +63,30 @@ def test_a_speaker_who_copies_another_agents_work_is_no_task_giver() -> None:
 def test_when_every_speaker_looks_like_one_none_is() -> None:
     assert givers(run(("user", QUESTION))) == set()
     assert givers(run(("user", QUESTION), ("helper", "Now proceed."))) == set()
+
+
+def test_a_user_who_rephrases_the_task_inside_instructions_of_its_own_gives_it() -> None:
+    asked = "What writer is quoted by Merriam-Webster for the Word of the Day from June 27, 2022?"
+    team = run(
+        ("System", "You are an expert assistant who can solve any task using code blobs."),
+        (
+            "User",
+            "New task:\nThere is a question awaiting your response, and it's essential that you strive to "
+            "provide the most accurate answer possible. You should not settle for failure. Take your time: "
+            "Which writer was quoted by Merriam-Webster for the Word of the Day on June 27, 2022? Loop "
+            "back and reassess the question if new information arises.",
+        ),
+        ("Manager", "Plan: search for the Word of the Day page of June 27, 2022 and read the quote."),
+        ("User", "Now proceed and carry out this plan."),
+        ("Manager", "The quoted writer is Annie Dillard."),
+        task=asked,
+    )
+    assert givers(team) == {"System", "User"}
+    # a worker's answer that restates a question is not its delivery: only the run's opening message may
+    answers = run(
+        ("User", asked),
+        ("Assistant1", "The page of 2022-06-27 quotes Annie Dillard."),
+        ("Assistant2", "Which writer was quoted by Merriam-Webster on June 27, 2022? Annie Dillard."),
+        task=asked,
+    )
+    assert givers(answers) == {"User"}
