@@ -9,7 +9,6 @@ is per system shape (told apart by its speakers) and over all runs.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +17,7 @@ from otel_blame.attribution.base import AttributionError, AttributionMethod
 from otel_blame.attribution.result import Attribution
 from otel_blame.attribution.systemic import FAILURE_MODES
 from otel_blame.datasets.aegis import AegisRun, mode_group
+from otel_blame.evaluation.attempt import attempt
 from otel_blame.evaluation.coverage import percent
 
 
@@ -84,16 +84,11 @@ def evaluate_aegis(
     """Run ``method`` on every run (each a failure); a run the method cannot answer is scored wrong."""
     records = []
     for run in runs:
-        started = time.perf_counter()
-        error: AttributionError | None = None
-        try:
-            attribution: Attribution | None = method.attribute(run.trajectory)
-        except AttributionError as raised:
-            attribution, error = None, raised
-        record = score_run(run, attribution, time.perf_counter() - started)
+        answer = attempt(method, run.trajectory)
+        record = score_run(run, answer.attribution, answer.seconds)
         records.append(record)
         if on_record is not None:
-            on_record(record, error)
+            on_record(record, answer.error)
     return records
 
 

@@ -14,7 +14,6 @@ random step, taken exactly as its expectation over every step rather than sample
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from otel_blame.attribution.baselines import PositionalBaseline
 from otel_blame.attribution.known_answer import agent_key, same_agent
 from otel_blame.attribution.result import Attribution
 from otel_blame.datasets.trail import TrailCase, load_trail_case
+from otel_blame.evaluation.attempt import attempt
 from otel_blame.evaluation.coverage import percent
 
 TRAIL_BASELINES = ("first_step", "last_step", "first_failed")
@@ -113,16 +113,11 @@ def evaluate_trail(
         case = load_trail_case(path, dataset_dir)
         if not case.errors:
             continue  # nothing went wrong in it: nothing to score
-        started = time.perf_counter()
-        error: AttributionError | None = None
-        try:
-            attribution: Attribution | None = method.attribute(case.trajectory)
-        except AttributionError as raised:
-            attribution, error = None, raised
-        record = score_trail_case(case, attribution, time.perf_counter() - started)
+        answer = attempt(method, case.trajectory)
+        record = score_trail_case(case, answer.attribution, answer.seconds)
         records.append(record)
         if on_record is not None:
-            on_record(record, error)
+            on_record(record, answer.error)
     return records
 
 

@@ -7,7 +7,6 @@ evaluator's substring test would count a predicted step 12 as correct for 1; thi
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from otel_blame.attribution.known_answer import same_agent
 from otel_blame.attribution.random_baseline import RandomAttribution
 from otel_blame.attribution.result import Attribution, Cost
 from otel_blame.datasets.who_and_when import SUBSETS, WhoAndWhenCase, case_files, load_case
+from otel_blame.evaluation.attempt import attempt
 
 
 class PredictionRecord(BaseModel):
@@ -156,14 +156,10 @@ def evaluate(
     records = []
     for path in files:
         case = load_case(path, dataset_dir)
-        error: AttributionError | None = None
-        started = time.perf_counter()
-        try:
-            attribution: Attribution | None = method.attribute(case.trajectory)
-        except AttributionError as raised:
-            attribution, error = None, raised
-        record = score_case(case, attribution, error.cost if error is not None else None)
-        record.seconds = round(time.perf_counter() - started, 6)  # wall time, the same for every method
+        answer = attempt(method, case.trajectory)
+        error = answer.error
+        record = score_case(case, answer.attribution, error.cost if error is not None else None)
+        record.seconds = round(answer.seconds, 6)  # wall time, the same for every method
         records.append(record)
         if on_record is not None:
             on_record(record, error)
