@@ -86,7 +86,8 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
     # a role word in lower case names no speaker) and points at a message of its own words, neither
     # the task it gives nor what it relays (an objection to those is about the task or the answers)
     roles = rows.roles
-    testifying = [index for index, said in features.get("testimony", {}).items() if said]
+    testimony = features.get("testimony", {})
+    testifying = [index for index, said in testimony.items() if said]
 
     def shown_wrong(agent: str) -> bool:
         own = [
@@ -119,7 +120,6 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
     answer_step = reading.graph.answer_step
     top = ranked[0][1] if ranked else None
     coordinator = rows.coordinator
-    testimony = features.get("testimony", {})
     failed = set(features.get("caused_failing_result", {})) | set(features.get("calls_failed_dependency", {}))
     failed |= {step.index for step in steps if step.is_error}
     task_words = content_words((trajectory.task.input or "")[:TASK_WORDS_CHARS])
@@ -145,7 +145,7 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
             "answers": float(answer_step in own),
             "closes": float(last_message in written),
             "coordinator": float(agent == coordinator),
-            "copied": per_message * sum(rows.roles.copied[index] for index in written),
+            "copied": per_message * sum(roles.copied[index] for index in written),
             "testifies": per_message * sum(1 for index in written if testimony.get(index)),
             "verifies": per_message * sum(1 for index in written if _checks(rows, index)),
             "testified": max((testified_wrong.get(index, 0.0) for index in own), default=0.0),
@@ -156,8 +156,8 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
             "only_agent": float(len(agents) == 1),
         }
         table.append(row)
-    ordered = {agent: sorted(by_agent[agent], key=lambda index: -probability[index]) for agent in agents}
-    return AgentRows(agents=agents, rows=table, steps=ordered)
+    # (``ranked`` is best first, so each agent's steps already are)
+    return AgentRows(agents=agents, rows=table, steps={agent: by_agent[agent] for agent in agents})
 
 
 def _checks(rows: StepRows, index: int) -> bool:

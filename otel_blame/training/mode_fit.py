@@ -69,11 +69,6 @@ def examples(runs: Sequence[LabelledRun], model: RankerModel) -> list[Example]:
     return found
 
 
-def role_of(run: LabelledRun, agent: str, model: RankerModel) -> dict[str, float]:
-    table = agent_rows(run.rows, rank(run.rows, model))
-    return dict(zip(table.agents, table.rows, strict=True)).get(agent, {})
-
-
 def fit_modes(train: Sequence[Example], *, l2: float = L2, trained_on: str = "") -> ModeModel:
     modes = sorted({mode for example in train for mode in example.modes})
     documents = Counter(word for example in train for word in example.words)

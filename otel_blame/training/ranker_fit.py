@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -247,6 +247,7 @@ class Scored:
     right: float  # the verdict's odds of naming a right agent (what decided is read from)
     support: dict[str, float]  # what those odds were read from
     decided: bool = False
+    role: dict[str, float] = field(default_factory=dict)  # the agent stage's features of the agent
 
     @property
     def agent_correct(self) -> bool:
@@ -277,6 +278,7 @@ def predict(model: RankerModel, runs: Iterable[LabelledRun]) -> list[Scored]:
                 judgement.right,
                 judgement.support,
                 decided=judgement.right >= model.decided_threshold,
+                role=judgement.role_of(agent),
             )
         )
     return found

@@ -128,8 +128,7 @@ def score_held_out(
         for item in scored:
             labels = item.run.modes.get(item.agent, ())
             if labels:
-                role = mf.role_of(item.run, item.agent, model)
-                modes.append((model.modes.predict(item.run.trajectory, item.agent, role), labels))
+                modes.append((model.modes.predict(item.run.trajectory, item.agent, item.role), labels))
     return Result(name, scored, threshold, modes)
 
 

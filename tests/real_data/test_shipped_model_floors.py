@@ -57,7 +57,6 @@ def scored() -> dict[str, list[rf.Scored]]:
 def _modes(verdicts: list[rf.Scored]) -> tuple[int, int]:
     """(mode right, group right) over the verdicts whose blamed agent is faulty."""
     from otel_blame.evaluation.aegis import mast_number
-    from otel_blame.training.mode_fit import role_of
 
     model = RankerModel.load()
     mode = group = 0
@@ -65,7 +64,7 @@ def _modes(verdicts: list[rf.Scored]) -> tuple[int, int]:
         labels = item.run.modes.get(item.agent, ())
         if not labels or model.modes is None:
             continue
-        named = model.modes.predict(item.run.trajectory, item.agent, role_of(item.run, item.agent, model))
+        named = model.modes.predict(item.run.trajectory, item.agent, item.role)
         number = mast_number(named)
         mode += number in labels
         group += number is not None and mode_group(number) in {mode_group(label) for label in labels}
