@@ -14,8 +14,8 @@ copied from whom, checked by whom), never from what an agent is called:
 - how its words relate to the task, against the other agents' (an agent that drifts off the task).
 
 Task-givers (:mod:`otel_blame.attribution.roles`) are not candidates unless a later step says one
-of their own messages was wrong. A fitted linear score per agent, one softmax over the run's
-candidate agents, gives each agent's probability.
+of their own messages was wrong, nor is an agent whose only step is the task as given. A fitted
+linear score per agent, one softmax over the run's candidate agents, gives each agent's probability.
 """
 
 from __future__ import annotations
@@ -104,10 +104,14 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
             index > own[0] and written.search(steps[index].content[:TESTIMONY_CHARS]) for index in testifying
         )
 
+    # nor an agent whose only step is the task as given: the question is never an agent's failure
+    task_step = reading.graph.task_step
     agents = [
         agent
         for agent in trajectory.agents
-        if agent in by_agent and (agent not in givers or shown_wrong(agent))
+        if agent in by_agent
+        and by_agent[agent] != [task_step]
+        and (agent not in givers or shown_wrong(agent))
     ] or [agent for agent in trajectory.agents if agent in by_agent]
     candidates = set(rows.candidates)
     messages: dict[str, list[int]] = {}

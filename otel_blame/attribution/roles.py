@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from otel_blame.trajectory import StepKind, Trajectory
+from otel_blame.trajectory import Step, StepKind, Trajectory
 
 MIN_LINE_CHARS = 12  # shorter lines ("```", "Answer:", a list marker) repeat by chance
 DIRECTIVE_CHARS = 160  # a message this short, with no value of its own, directs
@@ -50,8 +50,10 @@ def _lines(text: str) -> list[str]:
 
 
 def _squeezed(text: str) -> str:
-    """Lower-cased, each run of blanks one space (also a newline escaped in a serialised message)."""
-    return _SPACES.sub(" ", text.replace("\\n", " ")).strip().lower()
+    """Lower-cased, each run of blanks one space (also a newline escaped in a serialised message, whose
+    escaped quotes are read as quotes)."""
+    unescaped = text.replace("\\n", " ").replace("\\'", "'").replace('\\"', '"')
+    return _SPACES.sub(" ", unescaped).strip().lower()
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
         if _rephrases(texts[index], task):
             first_delivery = index
             break
+    if first_delivery < 0:
+        first_delivery = _opening_by_a_giver(steps, texts, opening)
     if first_delivery >= 0 and first_delivery not in delivering:
         delivering.insert(0, first_delivery)
     copied: list[float] = []
@@ -103,11 +107,31 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
         )
         own_work[step.agent] = own_work.get(step.agent, False) or not relays
     givers = {agent for agent, worked in own_work.items() if not worked}
-    if first_delivery >= 0:
-        givers.add(steps[first_delivery].agent)  # who gave the task: the run's user
+    deliverer = steps[first_delivery].agent if first_delivery >= 0 else None
+    if deliverer is not None:
+        givers.add(deliverer)  # who gave the task: the run's user
     if len(givers) >= len(own_work):
-        givers = set()  # every speaker looks like one: someone did the work, so none is
+        # every speaker looks like one: someone was to do the work (workers who answered nothing, a
+        # bare "None", failed at it), so only who gave the task is one, and with no other speaker none is
+        givers = {deliverer} if deliverer is not None and len(own_work) > 1 else set()
     return Roles(copied=tuple(copied), task_givers=frozenset(givers), delivers_task=frozenset(delivering))
+
+
+def _opening_by_a_giver(steps: Sequence[Step], texts: Sequence[str], opening: Sequence[int]) -> int:
+    """The run's opening message (after a preamble: a speaker who never speaks again) when its speaker
+    only directs afterwards ("Now proceed and carry out this plan."): that speaker gives the task,
+    whatever the task's text, so a task rewritten before it reached the agents is still given, not
+    worked on. It holds no code. -1 when there is none."""
+    for index in opening:
+        agent = steps[index].agent
+        later = [step.index for step in steps[index + 1 :] if step.agent == agent]
+        if not later:
+            continue  # a preamble, or a speaker who opens and is never heard again
+        if _CODE.search(_squeezed(texts[index])):
+            return -1
+        later_messages = [i for i in later if steps[i].kind == StepKind.MESSAGE]
+        return index if later_messages and all(_directs(texts[i]) for i in later_messages) else -1
+    return -1
 
 
 def _directs(text: str) -> bool:

@@ -20,9 +20,10 @@ from opentelemetry.trace import Status, StatusCode
 from otel_blame import semconv as sc
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.arithmetic import printed_numbers
-from otel_blame.attribution.ranker import RankerAttribution, RankerModel
+from otel_blame.attribution.agents import agent_rows
+from otel_blame.attribution.ranker import RankerAttribution, RankerModel, rank
 from otel_blame.attribution.registry import DEFAULT_METHOD, create_method
-from otel_blame.attribution.step_rows import FEATURES
+from otel_blame.attribution.step_rows import FEATURES, step_rows
 from otel_blame.conventions import build_trajectory
 from otel_blame.conventions.otlp import sdk_spans_to_proto
 from otel_blame.inject.demo_app import code_reply, plan_reply, problem_for, review_reply
@@ -310,3 +311,18 @@ def test_a_mechanical_fault_is_decided_and_right(kind: FaultKind) -> None:
                 verdicts.append((answer.decided, answer.agent == trajectory.steps[planted].agent))
     assert len(verdicts) >= 8
     assert all(decided and right for decided, right in verdicts), verdicts
+
+
+def test_an_agent_whose_only_step_is_the_task_as_given_is_no_candidate() -> None:
+    task = "def add(a, b):\n    '''Return the sum of a and b, both integers: add(2, 3) == 5.'''\n"
+    steps = [
+        {"agent": "Node-1", "content": task + "    return a + b\n"},
+        {"agent": "Node0", "content": "```python\ndef add(a, b):\n    return a - b\n```"},
+        {"agent": "Node1", "content": "The answer is correct: add(2, 3) gives -1 as asked."},
+    ]
+    trajectory = Trajectory.from_steps(steps, task=Task(input=task), outcome=Outcome.FAILURE)
+    rows = step_rows(trajectory)
+    assert rows.reading.graph.task_step == 0  # (Node-1's only step restates the task)
+    table = agent_rows(rows, rank(rows, RankerModel.load()))
+    assert "Node-1" not in rows.roles.task_givers and "Node-1" not in table.agents
+    assert RankerAttribution().attribute(trajectory).step != 0

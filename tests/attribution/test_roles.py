@@ -60,9 +60,52 @@ def test_a_speaker_who_copies_another_agents_work_is_no_task_giver() -> None:
     assert roles.copied[1] == 1.0 and roles.copied[0] == 0.0
 
 
-def test_when_every_speaker_looks_like_one_none_is() -> None:
+def test_when_every_speaker_looks_like_one_only_who_gave_the_task_is() -> None:
     assert givers(run(("user", QUESTION))) == set()
-    assert givers(run(("user", QUESTION), ("helper", "Now proceed."))) == set()
+    assert givers(run(("user", QUESTION), ("helper", "Now proceed."))) == {"user"}
+    # a debate whose assistants answered nothing: they failed at the work, the moderator gave the task
+    empty = run(
+        ("User", QUESTION),
+        ("Assistant1", "None"),
+        ("User", "These are the recent opinions from other agents: ```None``` Give an updated answer."),
+        ("Assistant2", "None"),
+    )
+    assert givers(empty) == {"User"}
+    # with no delivery found, nobody gave the task: two speakers who say nothing of their own
+    assert givers(run(("a", "Let us begin."), ("b", "Go on."))) == set()
+
+
+def test_a_task_rewritten_before_it_reached_the_agents_is_still_given() -> None:
+    rewritten = run(
+        ("System", "You are an expert assistant who can solve any task using code blobs."),
+        ("User", "New task:\nImagine you host a trivia night: invent a fun question on energy in 2040."),
+        ("Manager", "Plan: 1. invent the question. 2. write it up. ```python\nprint('2040')\n```"),
+        ("User", "Now proceed and carry out this plan."),
+        ("Manager", "Here is the question: which fuel powers most trains in 2040?"),
+    )
+    assert givers(rewritten) == {"System", "User"}
+    # a coordinator that opens with work of its own (code) is no task-giver, whatever it says later
+    coordinated = run(
+        ("Lead", "```python\nmiles = [5, 11]\n```"),
+        ("Worker", "That is 25.75 km."),
+        ("Lead", "Now proceed."),
+    )
+    assert givers(coordinated) == set()
+
+
+def test_a_serialised_delivery_with_escaped_quotes_gives_the_task() -> None:
+    asked = "I'm running 5 miles on Monday and 11 miles on Tuesday: how many kilometres is that in all?"
+    escaped = asked.replace("'", "\\'")  # (as a repr of the message escapes it)
+    serialised = "[{'type': 'text', 'text': '" + escaped + "'}]"
+    debate = run(
+        ("User", asked),
+        ("Assistant1", "5 + 11 = 16 miles, 25.75 km."),
+        ("User", serialised),
+        ("Assistant2", "Checked: 25.75 km."),
+        task=asked,
+    )
+    roles = read_roles(debate, [_window(step.content) for step in debate.steps])
+    assert roles.delivers_task == {0, 2}
 
 
 def test_a_user_who_rephrases_the_task_inside_instructions_of_its_own_gives_it() -> None:
