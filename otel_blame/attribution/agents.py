@@ -56,6 +56,8 @@ AGENT_FEATURES: tuple[str, ...] = (
 TASK_WORDS_CHARS = 4000  # what is read of the task for its words
 # a message that checks others' work (read in its head, lower-cased): verifying, validating, reviewing
 _CHECKS = re.compile(r"\b(?:verif|validat|double-check|cross-check|review|confirm)\w*")
+# every match of _CHECKS holds one of these: plain tests rule out most messages before the regex
+_CHECK_WORDS = ("verif", "confirm", "review", "validat", "-check")
 AGENT_WORDS_CHARS = 800  # of each message, for the agent's words
 RELAYED_SHARE = 0.5  # a message whose lines are this much copied relays what others said
 
@@ -163,7 +165,7 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
 def _checks(rows: StepRows, index: int) -> bool:
     """Whether a message checks others' work (it speaks of verifying, validating, reviewing)."""
     head = rows.reading.graph.texts[index][:AGENT_WORDS_CHARS].lower()
-    return _CHECKS.search(head) is not None
+    return any(map(head.__contains__, _CHECK_WORDS)) and _CHECKS.search(head) is not None
 
 
 def _overlap(task_words: set[str], rows: StepRows, written: list[int]) -> float:
