@@ -21,7 +21,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -57,26 +57,31 @@ class ModeModel:
     min_probability: float = 0.0
     trained_on: str = ""
 
-    @property
+    @cached_property
     def _index(self) -> dict[str, int]:
-        return _indices(self.vocabulary)
+        """Each word's position in the vocabulary (built once per model)."""
+        return {word: position for position, word in enumerate(self.vocabulary)}
 
     def probabilities(self, words: Counter[str], role: dict[str, float]) -> list[tuple[float, str]]:
-        """(probability, mode) for every mode, best first."""
+        """(probability, mode) for every mode, best first. (Each word's and each role feature's
+        shares are added to all the modes' scores in one comprehension: the same additions, in the
+        same order, as a loop over the modes.)"""
         index = self._index
         found = [(index[word], math.log1p(count)) for word, count in words.items() if word in index]
         weighted = [(position, value * self.idf[position]) for position, value in found]
         norm = math.sqrt(sum(value * value for _, value in weighted)) or 1.0
         scores = list(self.bias)
+        word_weights = self.word_weights
         for position, value in weighted:
-            for mode, weight in enumerate(self.word_weights[position]):
-                scores[mode] += weight * value / norm
+            scores = [
+                score + weight * value / norm
+                for score, weight in zip(scores, word_weights[position], strict=True)
+            ]
         for name, mean, scale, weights in zip(
             self.structure, self.structure_mean, self.structure_scale, self.structure_weights, strict=True
         ):
             value = (role.get(name, 0.0) - mean) / scale
-            for mode, weight in enumerate(weights):
-                scores[mode] += weight * value
+            scores = [score + weight * value for score, weight in zip(scores, weights, strict=True)]
         top = max(scores)
         exps = [math.exp(score - top) for score in scores]
         total = sum(exps)
@@ -128,11 +133,6 @@ class ModeModel:
         if path is None:
             return _packaged_model()
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-@lru_cache(maxsize=64)
-def _indices(vocabulary: tuple[str, ...]) -> dict[str, int]:
-    return {word: position for position, word in enumerate(vocabulary)}
 
 
 @lru_cache(maxsize=1)
