@@ -62,26 +62,31 @@ class ModeModel:
         """Each word's position in the vocabulary (built once per model)."""
         return {word: position for position, word in enumerate(self.vocabulary)}
 
+    @cached_property
+    def _columns(self) -> list[tuple[float, ...]]:
+        """Each mode's weights over the vocabulary (the word weights transposed, once per model)."""
+        if not self.word_weights:
+            return [() for _ in self.bias]
+        return list(zip(*self.word_weights, strict=True))
+
     def probabilities(self, words: Counter[str], role: dict[str, float]) -> list[tuple[float, str]]:
-        """(probability, mode) for every mode, best first. (Each word's and each role feature's
-        shares are added to all the modes' scores in one comprehension: the same additions, in the
-        same order, as a loop over the modes.)"""
+        """(probability, mode) for every mode, best first. (Each mode's score is summed over its
+        column of word weights: the same additions, in the same order, as a loop over the words.)"""
         index = self._index
         found = [(index[word], math.log1p(count)) for word, count in words.items() if word in index]
         weighted = [(position, value * self.idf[position]) for position, value in found]
         norm = math.sqrt(sum(value * value for _, value in weighted)) or 1.0
-        scores = list(self.bias)
-        word_weights = self.word_weights
-        for position, value in weighted:
-            scores = [
-                score + weight * value / norm
-                for score, weight in zip(scores, word_weights[position], strict=True)
-            ]
+        scores = []
+        for score, column in zip(self.bias, self._columns, strict=True):
+            for position, value in weighted:
+                score += column[position] * value / norm
+            scores.append(score)
         for name, mean, scale, weights in zip(
             self.structure, self.structure_mean, self.structure_scale, self.structure_weights, strict=True
         ):
             value = (role.get(name, 0.0) - mean) / scale
-            scores = [score + weight * value for score, weight in zip(scores, weights, strict=True)]
+            for mode, weight in enumerate(weights):
+                scores[mode] += weight * value
         top = max(scores)
         exps = [math.exp(score - top) for score in scores]
         total = sum(exps)
