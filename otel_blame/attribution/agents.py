@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from otel_blame.attribution.causal.testimony import TESTIMONY_CHARS
-from otel_blame.attribution.signals import content_words
+from otel_blame.attribution.signals import content_words, words_in
 from otel_blame.trajectory import StepKind
 
 if TYPE_CHECKING:
@@ -169,13 +169,14 @@ def _checks(rows: StepRows, index: int) -> bool:
 
 
 def _overlap(task_words: set[str], rows: StepRows, written: list[int]) -> float:
-    """The share of the task's words the agent's messages use."""
+    """The share of the task's words (its ``content_words``) the agent's messages use. (Their words
+    are not filtered of stopwords: the task's words hold none, so the share is the same.)"""
     if not task_words or not written:
         return 0.0
     texts = rows.reading.graph.texts
     used: set[str] = set()
     for index in written:
-        used |= content_words(texts[index][:AGENT_WORDS_CHARS])
+        used.update(words_in(texts[index][:AGENT_WORDS_CHARS]))
     return len(used & task_words) / len(task_words)
 
 

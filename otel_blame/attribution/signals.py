@@ -341,9 +341,14 @@ _STOPWORDS = frozenset(
 _PLAN = re.compile(r"\bplan\b|^\s*(?:1\.|-|\*)\s", re.IGNORECASE | re.MULTILINE)
 
 
+def words_in(text: str) -> list[str]:
+    """Lower-cased words of four letters or more, stopwords included (what ``content_words`` filters)."""
+    return _WORD.findall(text.lower())
+
+
 def content_words(text: str) -> set[str]:
     """Lower-cased words of four letters or more that say what a text is about (no stopwords)."""
-    return {word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS}
+    return {word for word in words_in(text) if word not in _STOPWORDS}
 
 
 def task_requirements(task: str) -> set[str]:
