@@ -252,8 +252,10 @@ def _dropped_input(
     found = statements[given]
     if len(found) < 2:
         return 0.0
-    words = set((_ASCII_WORD if lower.isascii() else _WORD).findall(lower))
-    missing = sum(1 for statement in found if not _carried(statement, words))
+    # the message's words that the statements hold (the others carry none of them): looked up in
+    # the statements' words rather than all put in a set of their own
+    said = set().union(*found).intersection((_ASCII_WORD if lower.isascii() else _WORD).findall(lower))
+    missing = sum(1 for statement in found if not _carried(statement, said))
     if missing == 0 or missing * 2 > len(found):
         return 0.0
     return min(1.0, missing / 2)
