@@ -169,15 +169,16 @@ def _checks(rows: StepRows, index: int) -> bool:
 
 
 def _overlap(task_words: set[str], rows: StepRows, written: list[int]) -> float:
-    """The share of the task's words (its ``content_words``) the agent's messages use. (Their words
-    are not filtered of stopwords: the task's words hold none, so the share is the same.)"""
+    """The share of the task's words (its ``content_words``) the agent's messages use. (Each
+    message's words are looked up among the task's, not filtered of stopwords: the task's words hold
+    none, so the share is the same.)"""
     if not task_words or not written:
         return 0.0
     texts = rows.reading.graph.texts
     used: set[str] = set()
     for index in written:
-        used.update(words_in(texts[index][:AGENT_WORDS_CHARS]))
-    return len(used & task_words) / len(task_words)
+        used |= task_words.intersection(words_in(texts[index][:AGENT_WORDS_CHARS]))
+    return len(used) / len(task_words)
 
 
 def _mean_length(rows: StepRows, written: list[int]) -> float:
