@@ -36,9 +36,16 @@ _WORD = re.compile(r"[a-z][a-z']{2,}")
 def agent_words(trajectory: Trajectory, agent: str) -> Counter[str]:
     """The words of ``agent``'s messages (lower-cased, three letters or more; the head of each, up to
     ``AGENT_CHARS`` in all), the run's agent names left out."""
-    names = {name.lower() for name in trajectory.agents}
-    text = " ".join(step.content[:MESSAGE_CHARS] for step in trajectory.steps if step.agent == agent)
-    return Counter(word for word in _WORD.findall(text[:AGENT_CHARS].lower()) if word not in names)
+    heads: list[str] = []
+    joined = -1  # the length of the heads joined so far
+    for step in trajectory.steps:
+        if step.agent == agent and joined < AGENT_CHARS:  # (a later head would be cut off)
+            heads.append(step.content[:MESSAGE_CHARS])
+            joined += len(heads[-1]) + 1
+    words = Counter(_WORD.findall(" ".join(heads)[:AGENT_CHARS].lower()))
+    for name in trajectory.agents:  # (counted, then dropped: the other words keep their order)
+        del words[name.lower()]
+    return words
 
 
 @dataclass(frozen=True)
