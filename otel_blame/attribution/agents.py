@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from otel_blame.attribution.causal.testimony import TESTIMONY_CHARS
-from otel_blame.attribution.signals import content_words
+from otel_blame.attribution.signals import content_words, words_in
 from otel_blame.trajectory import StepKind
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ AGENT_FEATURES: tuple[str, ...] = (
 TASK_WORDS_CHARS = 4000  # what is read of the task for its words
 # a message that checks others' work (read in its head, lower-cased): verifying, validating, reviewing
 _CHECKS = re.compile(r"\b(?:verif|validat|double-check|cross-check|review|confirm)\w*")
+# every match of _CHECKS holds one of these: plain tests rule out most messages before the regex
+_CHECK_WORDS = ("verif", "confirm", "review", "validat", "-check")
 AGENT_WORDS_CHARS = 800  # of each message, for the agent's words
 RELAYED_SHARE = 0.5  # a message whose lines are this much copied relays what others said
 
@@ -167,18 +169,20 @@ def agent_rows(rows: StepRows, ranked: list[tuple[float, int]]) -> AgentRows:
 def _checks(rows: StepRows, index: int) -> bool:
     """Whether a message checks others' work (it speaks of verifying, validating, reviewing)."""
     head = rows.reading.graph.texts[index][:AGENT_WORDS_CHARS].lower()
-    return _CHECKS.search(head) is not None
+    return any(map(head.__contains__, _CHECK_WORDS)) and _CHECKS.search(head) is not None
 
 
 def _overlap(task_words: set[str], rows: StepRows, written: list[int]) -> float:
-    """The share of the task's words the agent's messages use."""
+    """The share of the task's words (its ``content_words``) the agent's messages use. (Each
+    message's words are looked up among the task's, not filtered of stopwords: the task's words hold
+    none, so the share is the same.)"""
     if not task_words or not written:
         return 0.0
     texts = rows.reading.graph.texts
     used: set[str] = set()
     for index in written:
-        used |= content_words(texts[index][:AGENT_WORDS_CHARS])
-    return len(used & task_words) / len(task_words)
+        used |= task_words.intersection(words_in(texts[index][:AGENT_WORDS_CHARS]))
+    return len(used) / len(task_words)
 
 
 def _mean_length(rows: StepRows, written: list[int]) -> float:

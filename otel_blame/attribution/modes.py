@@ -21,7 +21,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -36,9 +36,16 @@ _WORD = re.compile(r"[a-z][a-z']{2,}")
 def agent_words(trajectory: Trajectory, agent: str) -> Counter[str]:
     """The words of ``agent``'s messages (lower-cased, three letters or more; the head of each, up to
     ``AGENT_CHARS`` in all), the run's agent names left out."""
-    names = {name.lower() for name in trajectory.agents}
-    text = " ".join(step.content[:MESSAGE_CHARS] for step in trajectory.steps if step.agent == agent)
-    return Counter(word for word in _WORD.findall(text[:AGENT_CHARS].lower()) if word not in names)
+    heads: list[str] = []
+    joined = -1  # the length of the heads joined so far
+    for step in trajectory.steps:
+        if step.agent == agent and joined < AGENT_CHARS:  # (a later head would be cut off)
+            heads.append(step.content[:MESSAGE_CHARS])
+            joined += len(heads[-1]) + 1
+    words = Counter(_WORD.findall(" ".join(heads)[:AGENT_CHARS].lower()))
+    for name in trajectory.agents:  # (counted, then dropped: the other words keep their order)
+        del words[name.lower()]
+    return words
 
 
 @dataclass(frozen=True)
@@ -57,20 +64,30 @@ class ModeModel:
     min_probability: float = 0.0
     trained_on: str = ""
 
-    @property
+    @cached_property
     def _index(self) -> dict[str, int]:
-        return _indices(self.vocabulary)
+        """Each word's position in the vocabulary (built once per model)."""
+        return {word: position for position, word in enumerate(self.vocabulary)}
+
+    @cached_property
+    def _columns(self) -> list[tuple[float, ...]]:
+        """Each mode's weights over the vocabulary (the word weights transposed, once per model)."""
+        if not self.word_weights:
+            return [() for _ in self.bias]
+        return list(zip(*self.word_weights, strict=True))
 
     def probabilities(self, words: Counter[str], role: dict[str, float]) -> list[tuple[float, str]]:
-        """(probability, mode) for every mode, best first."""
+        """(probability, mode) for every mode, best first. (Each mode's score is summed over its
+        column of word weights: the same additions, in the same order, as a loop over the words.)"""
         index = self._index
         found = [(index[word], math.log1p(count)) for word, count in words.items() if word in index]
         weighted = [(position, value * self.idf[position]) for position, value in found]
         norm = math.sqrt(sum(value * value for _, value in weighted)) or 1.0
-        scores = list(self.bias)
-        for position, value in weighted:
-            for mode, weight in enumerate(self.word_weights[position]):
-                scores[mode] += weight * value / norm
+        scores = []
+        for score, column in zip(self.bias, self._columns, strict=True):
+            for position, value in weighted:
+                score += column[position] * value / norm
+            scores.append(score)
         for name, mean, scale, weights in zip(
             self.structure, self.structure_mean, self.structure_scale, self.structure_weights, strict=True
         ):
@@ -128,11 +145,6 @@ class ModeModel:
         if path is None:
             return _packaged_model()
         return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-@lru_cache(maxsize=64)
-def _indices(vocabulary: tuple[str, ...]) -> dict[str, int]:
-    return {word: position for position, word in enumerate(vocabulary)}
 
 
 @lru_cache(maxsize=1)

@@ -33,7 +33,6 @@ TASK_PREFIX_CHARS = 200  # a message holding this much of the task's opening del
 _VALUE = re.compile(r"\d")
 # code of one's own (on squeezed, lower-cased text): a definition, a return, an import, an assignment, a call
 _CODE = re.compile(r"\b(?:def|class|return|import|lambda)\b|[^=!<>]=[^=]|\w\(")
-_SPACES = re.compile(r"\s+")
 _WORD = re.compile(r"[a-z][a-z-]{3,}")
 _NUMBER = re.compile(r"\d+")
 REPHRASED_SHARE = 0.8  # of the task's words a message in other words holds
@@ -46,14 +45,15 @@ MIN_TASK_WORDS = 5  # a task of fewer words is not told apart from a message tha
 
 
 def _lines(text: str) -> list[str]:
-    return [line for line in (part.strip() for part in text.splitlines()) if len(line) >= MIN_LINE_CHARS]
+    return [line for line in map(str.strip, text.splitlines()) if len(line) >= MIN_LINE_CHARS]
 
 
 def _squeezed(text: str) -> str:
     """Lower-cased, each run of blanks one space (also a newline escaped in a serialised message, whose
-    escaped quotes are read as quotes)."""
+    escaped quotes are read as quotes). (Split and joined: ``str.split`` splits on exactly what ``\\s``
+    matches, and is several times faster than a regex substitution.)"""
     unescaped = text.replace("\\n", " ").replace("\\'", "'").replace('\\"', '"')
-    return _SPACES.sub(" ", unescaped).strip().lower()
+    return " ".join(unescaped.split()).lower()
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,8 @@ _CODE_BLOCK = re.compile(r"```")
 _ANSWER_MARKER = re.compile(  # run on lower-cased text: several times faster than IGNORECASE
     r"(?:final answer|the answer is|answer:|result is|therefore,? the|thus,? the|so,? the|is:)\s*(.{1,160})"
 )
+# every match of _ANSWER_MARKER holds one of these: plain tests rule out most steps before the regex
+_ANSWER_MARKER_KEYS = ("answer", "is:", "result is", "therefore", "thus", "so the", "so, the")
 _NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 _BOLD = re.compile(r"\*\*([^*\n]{1,80})\*\*")
 _UNSATISFIED_PATTERN = (
@@ -280,7 +282,8 @@ def _final_answer(trajectory: Trajectory, actors: list[int], lowers: list[str]) 
     if trajectory.task.final_output:
         return trajectory.task.final_output
     for index in reversed(actors[-3:]):
-        marked = _ANSWER_MARKER.findall(lowers[index])
+        lower = lowers[index]
+        marked = any(map(lower.__contains__, _ANSWER_MARKER_KEYS)) and _ANSWER_MARKER.findall(lower)
         if marked:
             return marked[-1]
     return trajectory.steps[actors[-1]].content[-400:] if actors else ""
@@ -341,9 +344,14 @@ _STOPWORDS = frozenset(
 _PLAN = re.compile(r"\bplan\b|^\s*(?:1\.|-|\*)\s", re.IGNORECASE | re.MULTILINE)
 
 
+def words_in(text: str) -> list[str]:
+    """Lower-cased words of four letters or more, stopwords included (what ``content_words`` filters)."""
+    return _WORD.findall(text.lower())
+
+
 def content_words(text: str) -> set[str]:
     """Lower-cased words of four letters or more that say what a text is about (no stopwords)."""
-    return {word for word in _WORD.findall(text.lower()) if word not in _STOPWORDS}
+    return {word for word in words_in(text) if word not in _STOPWORDS}
 
 
 def task_requirements(task: str) -> set[str]:

@@ -11,6 +11,8 @@ import pytest
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.arithmetic import agrees, expression_value
 from otel_blame.attribution.causal.calls import argument_atoms, atoms_of, tool_calls
+from otel_blame.attribution.causal.graph import RunGraph, build_graph
+from otel_blame.attribution.causal.reading import _answered
 from otel_blame.loaders import parse_trajectory
 from otel_blame.trajectory import Outcome, StepKind, Task, Trajectory
 
@@ -260,3 +262,34 @@ def test_a_call_read_from_a_chat_file_and_from_spans_is_the_same_evidence() -> N
     ]
     trajectory = parse_trajectory(json.dumps({"messages": messages, "question": TASK}))
     assert _feature(trajectory, "novel_call_value") == {1: 0.5}
+
+
+def _answered_by_walking_back(graph: RunGraph, index: int) -> int | None:
+    """The definition the one-pass index must match: walk back to the closest earlier message by
+    another agent, stopping at the task's step."""
+    steps = graph.steps
+    for earlier in range(index - 1, -1, -1):
+        if earlier == graph.task_step:
+            return -1
+        if steps[earlier].kind == StepKind.MESSAGE and steps[earlier].agent != steps[index].agent:
+            return earlier
+    return -1 if graph.trajectory.task.input else None
+
+
+@pytest.mark.parametrize("task", ["", "Find the 2019 revenue of ACME Corp and report it."])
+def test_the_message_each_step_answers_is_the_closest_earlier_one_by_another_agent(task: str) -> None:
+    turns: list[tuple[str, str] | tuple[str, str, str]] = [
+        ("user", task or "Find the revenue."),
+        ("planner", "Step 1: search. Step 2: report."),
+        ("planner", "Searcher, please search."),
+        ("searcher", _call("web_search", query="ACME revenue 2019")),
+        ("searcher", '{"revenue": "4.2B"}', "web_search"),
+        ("searcher", "Revenue was 4.2B."),
+        ("searcher", "Anything else?"),
+        ("planner", "Thanks. TERMINATE"),
+        ("reviewer", "Looks right."),
+    ]
+    for trajectory in (_run(turns, task=task), _run(turns[1:], task=task)):
+        graph = build_graph(trajectory)
+        expected = [_answered_by_walking_back(graph, index) for index in range(len(trajectory.steps))]
+        assert _answered(graph) == expected

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 from otel_blame import semconv as sc
+from otel_blame.attribution.agents import agent_rows
 from otel_blame.attribution.causal import read_causally
 from otel_blame.attribution.causal.arithmetic import printed_numbers
-from otel_blame.attribution.agents import agent_rows
 from otel_blame.attribution.ranker import RankerAttribution, RankerModel, rank
 from otel_blame.attribution.registry import DEFAULT_METHOD, create_method
 from otel_blame.attribution.step_rows import FEATURES, step_rows

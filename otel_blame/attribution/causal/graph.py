@@ -243,11 +243,18 @@ def build_graph(trajectory: Trajectory) -> RunGraph:
         found = tokens_of(texts[step.index], values)
         numbers.append(values)
         tokens.append(found)
-        fresh = {token for token in found if token not in origin}
-        for token in fresh:
-            origin[token] = step.index
+        # one look-up per token: a fresh one originates here, another was used from where it did
+        fresh: set[str] = set()
+        used: set[int] = set()
+        for token in found:
+            first = origin.get(token)
+            if first is None:
+                fresh.add(token)
+            else:
+                used.add(first)
+        origin.update(dict.fromkeys(fresh, step.index))
         novel.append(fresh)
-        uses.append({origin[token] for token in found if origin[token] < step.index})
+        uses.append(used)
     candidates = [
         step.index for step in steps if step.content.strip() and not _TERMINATE_ONLY.match(step.content)
     ] or [step.index for step in steps]

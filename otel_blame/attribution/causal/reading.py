@@ -252,8 +252,10 @@ def _dropped_input(
     found = statements[given]
     if len(found) < 2:
         return 0.0
-    words = set((_ASCII_WORD if lower.isascii() else _WORD).findall(lower))
-    missing = sum(1 for statement in found if not _carried(statement, words))
+    # the message's words that the statements hold (the others carry none of them): looked up in
+    # the statements' words rather than all put in a set of their own
+    said = set().union(*found).intersection((_ASCII_WORD if lower.isascii() else _WORD).findall(lower))
+    missing = sum(1 for statement in found if not _carried(statement, said))
     if missing == 0 or missing * 2 > len(found):
         return 0.0
     return min(1.0, missing / 2)
@@ -317,7 +319,7 @@ _LACKING_KEYS = ("not ", "n't ", "missing", "incomplete", "unverified")
 LACKING_CHARS = 1500
 
 
-def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
+def _found_lacking(graph: RunGraph, lowers: dict[int, str], answers_to: list[int | None]) -> dict[int, float]:
     """The message each complaint answers (the closest earlier message by another agent): an agent
     that says its input lacks something names where the run went wrong before it."""
     found: dict[int, float] = {}
@@ -328,7 +330,7 @@ def _found_lacking(graph: RunGraph, lowers: dict[int, str]) -> dict[int, float]:
         if any(map(head.__contains__, _LACKING_KEYS)) and (
             (_ASCII_LACKING if head.isascii() else _LACKING).search(head)
         ):
-            given = _given(graph, index)
+            given = answers_to[index]
             if given is not None and given >= 0 and given != graph.task_step:
                 found[given] = 1.0
     return found
@@ -373,15 +375,27 @@ def _reassigned(text: str) -> bool:
     return False
 
 
-def _given(graph: RunGraph, index: int) -> int | None:
-    """The message a step answers: the closest earlier message by another agent (or the task)."""
-    steps = graph.steps
-    for earlier in range(index - 1, -1, -1):
-        if earlier == graph.task_step:
-            return -1
-        if steps[earlier].kind == StepKind.MESSAGE and steps[earlier].agent != steps[index].agent:
-            return earlier
-    return -1 if graph.trajectory.task.input else None
+def _answered(graph: RunGraph) -> list[int | None]:
+    """Per step, the message it answers: the closest earlier message by another agent after the task's
+    step (-1: the task, where the task's step comes first, or nothing does and the task is recorded;
+    else None). One pass over the run, not a walk back from every step."""
+    unanswered = -1 if graph.trajectory.task.input else None
+    found: list[int | None] = []
+    latest: int | None = None  # the latest message since the task's step
+    other: int | None = None  # the latest message since then by another agent than the latest's
+    for step in graph.steps:
+        if latest is not None and graph.steps[latest].agent != step.agent:
+            found.append(latest)
+        else:
+            found.append(other if other is not None else unanswered)
+        if step.index == graph.task_step:
+            latest = other = None  # what came before the task's step is not what a step answers
+            unanswered = -1
+        elif step.kind == StepKind.MESSAGE:
+            if latest is not None and graph.steps[latest].agent != step.agent:
+                other = latest
+            latest = step.index
+    return found
 
 
 def _call_of_result(calls: list[ToolCall], tool_name: str | None) -> ToolCall | None:
@@ -643,6 +657,7 @@ def read_causally(
     )
     first_unsupported_seen = False
     statements: dict[int, list[set[str]]] = {}
+    answers_to = _answered(graph)
     for index in graph.candidates:
         step = steps[index]
         text = graph.texts[index]
@@ -669,7 +684,7 @@ def read_causally(
         if index < len(steps) - _LAST_STEPS and stops:
             features["stop_mid_run"][index] = 1.0  # the run went on past a stop: it was cut or derailed
         if is_message:
-            dropped = _dropped_input(graph, lowers[index], _given(graph, index), statements)
+            dropped = _dropped_input(graph, lowers[index], answers_to[index], statements)
             if dropped:
                 features["dropped_input"][index] = dropped
             lower = lowers[index][:3000]
@@ -710,7 +725,7 @@ def read_causally(
     cut_short = _task_cut_short(graph)
     if cut_short is not None:
         features["dropped_task"][cut_short] = 1.0
-    features["input_found_lacking"].update(_found_lacking(graph, lowers))
+    features["input_found_lacking"].update(_found_lacking(graph, lowers, answers_to))
     said, against, named = read_testimony(graph.trajectory, lowers)
     features["testimony"].update(said)
     features["testified_wrong"].update(against)
