@@ -6,9 +6,10 @@ handled work copies what others did, one that drops its termination conditions k
 verification approves. The model reads the blamed agent's own words (each word's weight, the run's
 agent names left out, so no system's names are learned) and its part in the run (the agent stage's
 features: how much it writes and copies, whether it answers, checks or is checked, how its words
-relate to the task), and scores each mode linearly; a softmax gives each mode's probability. A mode
-is named only where its probability stands out (``min_probability``): otherwise the evidence does
-not support one.
+relate to the task), and scores each mode linearly; a softmax gives each mode's probability. The mode
+named is the likeliest of the likeliest MAST group (a group's probability: its modes' summed), and
+only where its probability stands out (``min_probability``): otherwise the evidence does not
+support one.
 
 Fitted offline (:mod:`otel_blame.training.mode_fit`) on runs whose failing agents are labelled with
 their modes; shipped as a data file read with the standard library.
@@ -46,6 +47,11 @@ def agent_words(trajectory: Trajectory, agent: str) -> Counter[str]:
     for name in trajectory.agents:  # (counted, then dropped: the other words keep their order)
         del words[name.lower()]
     return words
+
+
+def mast_group(mode: str) -> str:
+    """A failure mode's MAST group: ``FM-2.4`` -> ``FM-2``."""
+    return mode.split(".", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,15 @@ class ModeModel:
         return sorted(found, reverse=True)
 
     def predict(self, trajectory: Trajectory, agent: str, role: dict[str, float]) -> str | None:
-        """The blamed agent's mode (a MAST number), or None where no mode stands out."""
-        probability, mode = self.probabilities(agent_words(trajectory, agent), role)[0]
+        """The blamed agent's mode (a MAST number): the likeliest mode of the likeliest MAST group, a
+        group's probability its modes' summed (the group is what the evidence tells apart most surely,
+        and the mode named is always of it); None where that mode does not stand out."""
+        found = self.probabilities(agent_words(trajectory, agent), role)
+        groups: dict[str, float] = {}
+        for probability, mode in found:
+            groups[mast_group(mode)] = groups.get(mast_group(mode), 0.0) + probability
+        best = max(groups, key=groups.__getitem__)  # (ties: the group of the likelier mode)
+        probability, mode = next(item for item in found if mast_group(item[1]) == best)
         return mode if probability >= self.min_probability else None
 
     @classmethod

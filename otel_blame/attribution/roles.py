@@ -41,6 +41,7 @@ _FUNCTION_WORDS = frozenset(
     "what which when where whom whose that this these those there their then than from with into onto "
     "about does have will would should could were been being your they them also only just each".split()
 )
+CODE_CONTEXT_CHARS = 8  # what is compared around a piece of code to tell the task's from a message's own
 MIN_TASK_WORDS = 5  # a task of fewer words is not told apart from a message that mentions it
 
 
@@ -86,7 +87,7 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
             first_delivery = index
             break
     if first_delivery < 0:
-        first_delivery = _opening_by_a_giver(steps, texts, opening)
+        first_delivery = _opening_by_a_giver(steps, texts, opening, task)
     if first_delivery >= 0 and first_delivery not in delivering:
         delivering.insert(0, first_delivery)
     copied: list[float] = []
@@ -117,21 +118,34 @@ def read_roles(trajectory: Trajectory, texts: Sequence[str]) -> Roles:
     return Roles(copied=tuple(copied), task_givers=frozenset(givers), delivers_task=frozenset(delivering))
 
 
-def _opening_by_a_giver(steps: Sequence[Step], texts: Sequence[str], opening: Sequence[int]) -> int:
+def _opening_by_a_giver(
+    steps: Sequence[Step], texts: Sequence[str], opening: Sequence[int], task: _Task
+) -> int:
     """The run's opening message (after a preamble: a speaker who never speaks again) when its speaker
     only directs afterwards ("Now proceed and carry out this plan."): that speaker gives the task,
     whatever the task's text, so a task rewritten before it reached the agents is still given, not
-    worked on. It holds no code. -1 when there is none."""
+    worked on. It holds no code of its own (code the task holds is the task's). -1 when there is none."""
     for index in opening:
         agent = steps[index].agent
         later = [step.index for step in steps[index + 1 :] if step.agent == agent]
         if not later:
             continue  # a preamble, or a speaker who opens and is never heard again
-        if _CODE.search(_squeezed(texts[index])):
+        if _own_code(texts[index], task):
             return -1
         later_messages = [i for i in later if steps[i].kind == StepKind.MESSAGE]
         return index if later_messages and all(_directs(texts[i]) for i in later_messages) else -1
     return -1
+
+
+def _own_code(text: str, task: _Task) -> bool:
+    """Whether a message holds code that the task does not: what reads as code ("Author(s)", "f(x) =")
+    with a few characters around it, not found in the task's text."""
+    squeezed = _squeezed(text)
+    for found in _CODE.finditer(squeezed):
+        around = squeezed[max(0, found.start() - CODE_CONTEXT_CHARS) : found.end() + CODE_CONTEXT_CHARS]
+        if around not in task.squeezed:
+            return True
+    return False
 
 
 def _directs(text: str) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from otel_blame.attribution.modes import mast_group
 from otel_blame.loaders import TrajectoryFormatError
 from otel_blame.trajectory import Outcome, Step, Task, Trajectory, name_from_input
 
@@ -180,8 +181,8 @@ def load_runs(path: Path, limit: int | None = None) -> list[AegisRun]:
 
 
 def mode_group(mode: str) -> str:
-    """A failure mode's MAST group: ``FM-2.4`` -> ``FM-2``."""
-    return mode.split(".", 1)[0]
+    """A failure mode's MAST group: ``FM-2.4`` -> ``FM-2`` (as the failure-mode model groups them)."""
+    return mast_group(mode)
 
 
 def load_taxonomy(path: Path) -> dict[str, str]:

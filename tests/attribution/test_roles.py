@@ -76,14 +76,19 @@ def test_when_every_speaker_looks_like_one_only_who_gave_the_task_is() -> None:
 
 
 def test_a_task_rewritten_before_it_reached_the_agents_is_still_given() -> None:
+    cited = 'Check the citation: Greetham, "How I Lost My Author(s)", vol. 3, pages 45-46. Is it right?'
     rewritten = run(
         ("System", "You are an expert assistant who can solve any task using code blobs."),
-        ("User", "New task:\nImagine you host a trivia night: invent a fun question on energy in 2040."),
-        ("Manager", "Plan: 1. invent the question. 2. write it up. ```python\nprint('2040')\n```"),
+        (
+            "User",
+            'New task:\nDo not check: Greetham, "How I Lost My Author(s)", vol. 3. Tell a story.',
+        ),
+        ("Manager", "Plan: 1. invent the story. 2. write it up. ```python\nprint('Greetham')\n```"),
         ("User", "Now proceed and carry out this plan."),
-        ("Manager", "Here is the question: which fuel powers most trains in 2040?"),
+        ("Manager", "Here is the story of how Greetham lost an author."),
+        task=cited,
     )
-    assert givers(rewritten) == {"System", "User"}
+    assert givers(rewritten) == {"System", "User"}  # ("Author(s)" reads as code, but it is the task's)
     # a coordinator that opens with work of its own (code) is no task-giver, whatever it says later
     coordinated = run(
         ("Lead", "```python\nmiles = [5, 11]\n```"),
