@@ -24,13 +24,16 @@ AEGIS_PER_SHAPE = 30  # the first runs of each shape in the file: every shape, i
 # recorded with the shipped model (docs/benchmarks.md, "Real failures"): runs right (agent, step;
 # TRAIL: the blamed span annotated; AEGIS: a faulty agent, and the blamed agent's failure mode and its
 # MAST group where it is faulty) and decided
-RECORDED: dict[str, dict[str, int]] = {  # 2026-11-29, the model fitted with AEGIS (issue 32)
-    "ww-Algorithm-Generated": {"runs": 76, "agent": 50, "step": 35, "decided": 8, "decided_right": 7},
-    "ww-Hand-Crafted": {"runs": 30, "agent": 16, "step": 6, "decided": 2, "decided_right": 1},
-    "trail-gaia": {"runs": 54, "agent": 49, "hit": 30, "decided": 45, "decided_right": 45},
+RECORDED: dict[str, dict[str, int]] = {  # 2026-12-02, refitted with issue 32's new task-givers
+    "ww-Algorithm-Generated": {"runs": 76, "agent": 50, "step": 33, "decided": 11, "decided_right": 10},
+    "ww-Hand-Crafted": {"runs": 30, "agent": 16, "step": 6, "decided": 1, "decided_right": 1},
+    "trail-gaia": {"runs": 54, "agent": 48, "hit": 30, "decided": 44, "decided_right": 44},
     "trail-swe_bench": {"runs": 13, "agent": 13, "hit": 9, "decided": 13, "decided_right": 13},
-    "aegis": {"runs": 210, "agent": 130, "decided": 33, "decided_right": 29, "mode": 67, "group": 88},
+    "aegis": {"runs": 210, "agent": 131, "decided": 34, "decided_right": 31, "mode": 65, "group": 85},
 }
+# AEGIS's own names for the speakers that relay its task, never labelled faulty (its README): a check of
+# the data set's labels on the verdicts, not something a method reads
+AEGIS_TASK_GIVERS = frozenset({"User", "System"})
 SLACK_RUNS = 2  # a change of two runs either way is noise; three is a regression
 
 
@@ -101,3 +104,5 @@ def test_the_shipped_model_keeps_its_recorded_accuracy_on_real_failures(scored, 
     # nor a speaker who only gives or relays the task
     givers_blamed = [item.run.file for item in verdicts if item.agent in item.run.rows.roles.task_givers]
     assert not givers_blamed
+    if name == "aegis":
+        assert not [item.run.file for item in verdicts if item.agent in AEGIS_TASK_GIVERS]
