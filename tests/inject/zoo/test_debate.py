@@ -105,9 +105,9 @@ FAILING = {
 
 # fault kinds of FAILING the offline default does not blame at the planted step: kept visible, each
 # fails the test as soon as the default finds it (tests/support/blame.py)
-# (drop_instruction since the model learned from AEGIS, 2026-11-29: the solver whose answer first states
-# the wrong value is blamed, not the one whose message lost the instruction)
-KNOWN_MISSES: set[str] = {"drop_instruction", "lost_context", "number", "premature_handoff"}
+# (drop_instruction was one from 2026-11-29, when the model learned from AEGIS, to 2026-12-02, when the
+# refit with the new task-givers found it again)
+KNOWN_MISSES: set[str] = {"lost_context", "number", "premature_handoff"}
 
 
 def test_every_declared_fault_kind_has_a_failing_case():
