@@ -125,7 +125,7 @@ def aegis_label(run, agent: str) -> str:  # noqa: ANN001 - an AegisRun
 
 
 def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> list[Grouped]:  # noqa: ANN001
-    from otel_blame.datasets.aegis import mode_group
+    from otel_blame.attribution.modes import mast_group
 
     index = PatternIndex(similarity)
     out = []
@@ -138,7 +138,7 @@ def group_aegis(runs, verdicts: dict[int, Attribution], similarity: float) -> li
                 pattern,
                 (run.shape, verdict.agent),
                 verdict.decided,
-                {"group": mode_group(mode), "mode": mode},
+                {"group": mast_group(mode), "mode": mode},
                 in_pattern,
             )
         )

@@ -113,7 +113,8 @@ class ModeModel:
         found = self.probabilities(agent_words(trajectory, agent), role)
         groups: dict[str, float] = {}
         for probability, mode in found:
-            groups[mast_group(mode)] = groups.get(mast_group(mode), 0.0) + probability
+            group = mast_group(mode)
+            groups[group] = groups.get(group, 0.0) + probability
         best = max(groups, key=groups.__getitem__)  # (ties: the group of the likelier mode)
         probability, mode = next(item for item in found if mast_group(item[1]) == best)
         return mode if probability >= self.min_probability else None

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from otel_blame.attribution.modes import mast_group
 from otel_blame.loaders import TrajectoryFormatError
 from otel_blame.trajectory import Outcome, Step, Task, Trajectory, name_from_input
 
@@ -178,11 +177,6 @@ def iter_runs(path: Path, limit: int | None = None) -> Iterator[AegisRun]:
 
 def load_runs(path: Path, limit: int | None = None) -> list[AegisRun]:
     return list(iter_runs(path, limit))
-
-
-def mode_group(mode: str) -> str:
-    """A failure mode's MAST group: ``FM-2.4`` -> ``FM-2`` (as the failure-mode model groups them)."""
-    return mast_group(mode)
 
 
 def load_taxonomy(path: Path) -> dict[str, str]:

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from otel_blame.attribution.base import AttributionError, AttributionMethod
+from otel_blame.attribution.modes import mast_group
 from otel_blame.attribution.result import Attribution
 from otel_blame.attribution.systemic import FAILURE_MODES
-from otel_blame.datasets.aegis import AegisRun, mode_group
+from otel_blame.datasets.aegis import AegisRun
 from otel_blame.evaluation.attempt import attempt
 from otel_blame.evaluation.coverage import percent
 
@@ -68,7 +69,7 @@ def score_run(run: AegisRun, attribution: Attribution | None, seconds: float = 0
         predicted_mode=predicted,
         labelled_modes=labelled,
         mode_correct=(predicted in labelled) if scored else None,
-        group_correct=(predicted is not None and mode_group(predicted) in {mode_group(m) for m in labelled})
+        group_correct=(predicted is not None and mast_group(predicted) in {mast_group(m) for m in labelled})
         if scored
         else None,
         seconds=round(seconds, 6),

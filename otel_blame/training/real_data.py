@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from otel_blame.attribution.modes import mast_group
 from otel_blame.attribution.ranker import LinearScorer, RankerModel
-from otel_blame.datasets.aegis import mode_group
 from otel_blame.evaluation.coverage import COVERAGES, percent
 from otel_blame.training import mode_fit as mf
 from otel_blame.training import ranker_fit as rf
@@ -82,7 +82,7 @@ def summarise(
 
 
 def _same_group(named: str | None, labels: Sequence[str]) -> bool:
-    return named is not None and mode_group(named) in {mode_group(label) for label in labels}
+    return named is not None and mast_group(named) in {mast_group(label) for label in labels}
 
 
 def risk_coverage(scored: Sequence[rf.Scored], right: Callable[[rf.Scored], bool]) -> list[float]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from otel_blame.attribution.modes import mast_group
 from otel_blame.attribution.ranker import RankerModel
-from otel_blame.datasets.aegis import mode_group
 from otel_blame.training import ranker_fit as rf
 from otel_blame.training import runs as lr
 
@@ -70,7 +70,7 @@ def _modes(verdicts: list[rf.Scored]) -> tuple[int, int]:
         named = model.modes.predict(item.run.trajectory, item.agent, item.role)
         number = mast_number(named)
         mode += number in labels
-        group += number is not None and mode_group(number) in {mode_group(label) for label in labels}
+        group += number is not None and mast_group(number) in {mast_group(label) for label in labels}
     return mode, group
 
 
