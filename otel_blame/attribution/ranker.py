@@ -9,6 +9,8 @@
    the most probable agent's best step is the decisive step (never the task as given).
 3. **Odds.** A logistic model of how often verdicts like this one were right on systems the model
    never saw says whether the verdict is decided (``blame.decided``) and is its ``confidence``.
+   A step that states what checks false (:mod:`otel_blame.attribution.claims`: a wrong unit
+   conversion, a rate the task gives set otherwise) needs no odds: the earliest is the verdict, decided.
 4. **Failure mode.** The MAST mode the blamed agent's words and part support, where one stands out
    (:mod:`otel_blame.attribution.modes`).
 
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from otel_blame.attribution.agents import AgentRows, agent_rows
 from otel_blame.attribution.base import AttributionError
+from otel_blame.attribution.claims import FalseClaim, false_claims
 from otel_blame.attribution.modes import ModeModel
 from otel_blame.attribution.result import Attribution, Candidate, Cost
 from otel_blame.attribution.signals import SIGNALS
@@ -43,6 +46,10 @@ from otel_blame.trajectory import StepKind, Trajectory
 METHOD_NAME = "ranker"
 MODEL_FILE = "ranker_model.json"
 MAX_CANDIDATES = 5
+# the confidence of a verdict a false claim decides, where its odds are lower: the first step stating
+# a claim that checks false named a labelled-faulty agent in 28 of 28 AEGIS runs (held out, 2026-12-02);
+# 0.88 is that share's 95 % Wilson lower bound (docs/methods.md, "Claims that check false")
+PROVEN_CONFIDENCE = 0.88
 
 _STRUCTURE = frozenset(STRUCTURE_FEATURES)
 MODE_BY_NUMBER: dict[str, str] = {number: name for name, (number, _, _) in FAILURE_MODES.items()}
@@ -270,6 +277,11 @@ class Judgement:
     right: float
     support: dict[str, float]  # what the odds were read from (the correctness model's features)
     table: AgentRows | None = None  # the agent stage's reading of every candidate agent
+    proof: FalseClaim | None = None  # the claim that checks false at the chosen step, if one decided it
+
+    def decided(self, threshold: float) -> bool:
+        """Whether the verdict is decided: its odds reach ``threshold``, or its step is shown wrong."""
+        return self.proof is not None or self.right >= threshold
 
     def role_of(self, agent: str) -> dict[str, float]:
         """The agent stage's features of ``agent`` (empty without an agent stage)."""
@@ -289,13 +301,28 @@ def agent_probabilities(table: AgentRows, scorer: LinearScorer) -> list[tuple[fl
     return sorted(ranked, key=lambda item: (-item[0], order[item[1]]))
 
 
+def proven_wrong(rows: StepRows) -> FalseClaim | None:
+    """The earliest claim in the run that checks false, where an agent made it: a candidate step's own
+    words, not a tool's output (a page that says it is a dependency's claim) nor the task as given."""
+    claims = false_claims(rows.trajectory, rows.reading.graph.task_step)
+    if not claims:
+        return None
+    first = claims[min(claims)]
+    step = rows.trajectory.steps[first.step]
+    if first.step not in rows.candidates or step.kind == StepKind.TOOL or not _choosable(rows, first.step):
+        return None
+    return first
+
+
 def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> Judgement:
     """The decisive step and the odds it names the right agent. A dependency the run never got past
     starts the failure's path: it is the verdict, whatever the ranking of the agent steps it made
-    victims of. Else, with an agent stage, the most probable agent's best step; without one, the
-    step ranking decides (``agent_rule``)."""
+    victims of. Else the earliest step that states a claim checking false (:func:`proven_wrong`).
+    Else, with an agent stage, the most probable agent's best step; without one, the step ranking
+    decides (``agent_rule``)."""
     steps = rows.trajectory.steps
     root = rows.reading.root_dependency()
+    proof = proven_wrong(rows)
     agents: list[tuple[float, str]] = []
     table = None
     if model.agent is not None:
@@ -303,6 +330,8 @@ def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -
         agents = agent_probabilities(table, model.agent)
     if root is not None and root in rows.candidates:
         step = root
+    elif proof is not None:
+        step = proof.step
     elif table is not None:
         best = agents[0][1]
         step = next((index for index in table.steps[best] if _choosable(rows, index)), table.steps[best][0])
@@ -313,7 +342,9 @@ def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -
         right = model.correctness.probability(support)
     else:
         right = support_of(rows, ranked, steps[step].agent)
-    return Judgement(step=step, agents=agents, right=right, support=support, table=table)
+    if proof is not None and proof.step != step:
+        proof = None
+    return Judgement(step=step, agents=agents, right=right, support=support, table=table, proof=proof)
 
 
 def decide(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -> int:
@@ -463,6 +494,8 @@ def verdict(
         confidence = round(min(0.99, max(0.01, judgement.right)), 3)
     else:
         confidence = confidence_of(ranked, chosen)
+    if judgement.proof is not None:
+        confidence = max(confidence, PROVEN_CONFIDENCE)
     dependency = rows.reading.dependency_at.get(chosen)
     name: str | None = None
     detail = ""
@@ -487,7 +520,11 @@ def verdict(
                 for part, feature in sorted(model.contributions(row), key=lambda item: -item[0])
                 if part > 0.05 and row.get(feature) and feature in REASONS
             )
-        )[:3] or ["its evidence outweighs the other steps'"]
+        )[:3]
+        if judgement.proof is not None:
+            claim = judgement.proof
+            parts = [f'it states "{claim.stated}", which checks false ({claim.why})', *parts[:2]]
+        parts = parts or ["its evidence outweighs the other steps'"]
         reason = f"Step {chosen} by {step.agent}: " + "; ".join(parts) + "."
         flagged = specification_evidence(trajectory, rows.whole_lowers)
         if flagged is not None:
@@ -501,7 +538,7 @@ def verdict(
         agent=step.agent,
         step=chosen,
         confidence=confidence,
-        decided=judgement.right >= model.decided_threshold,
+        decided=judgement.decided(model.decided_threshold),
         reason=reason,
         method=method,
         candidates=candidates,
@@ -509,9 +546,10 @@ def verdict(
         **update,  # type: ignore[arg-type]
     )
     if attribution.category != "dependency":
-        mode = failure_mode(trajectory, attribution) or _modelled_mode(
-            model.modes, trajectory, step.agent, judgement.role_of(step.agent)
-        )
+        mode = failure_mode(trajectory, attribution)
+        if mode is None and judgement.proof is not None and judgement.proof.kind == "task_value":
+            mode = "disobey_task_specification"  # it set a value the task gives otherwise
+        mode = mode or _modelled_mode(model.modes, trajectory, step.agent, judgement.role_of(step.agent))
         if mode is not None:
             attribution = attribution.model_copy(update={"failure_mode": mode})
     return attribution

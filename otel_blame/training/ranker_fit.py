@@ -277,7 +277,7 @@ def predict(model: RankerModel, runs: Iterable[LabelledRun]) -> list[Scored]:
                 judgement.step,
                 judgement.right,
                 judgement.support,
-                decided=judgement.right >= model.decided_threshold,
+                decided=judgement.decided(model.decided_threshold),
                 role=judgement.role_of(agent),
             )
         )
