@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     import pint
 
 TOLERANCE = 0.05  # a stated conversion off by more than this share of the true value is false
-MAX_CHARS = 20_000  # a step's text read for claims (claims sit in plans and code, not in page dumps)
+MAX_CHARS = 4000  # a step's text read for claims (claims sit in plans and code, not in page dumps)
 
 _NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
-_HEDGE = r"(?:about|approximately|approx\.?|roughly|around|exactly|nearly|~|≈)\s*"
+_HEDGE = r"(?:about|approximately|approx\.?|roughly|exactly|nearly|~|≈)\s*"
 _VERB = r"(?:is|are|equals|equal to|is equal to|=|==|≈|~|makes|converts to|corresponds to|gives)"
 # "<n> <unit> is [about] <n> <unit>": not inside arithmetic ("2 * 5 km is …"), not a rate's part
 _CONVERSION = re.compile(
@@ -42,6 +42,25 @@ _CONVERSION = re.compile(
     rf"(?:{_HEDGE})?(?P<n2>{_NUMBER})\s*(?P<u2>[A-Za-z]+)\b(?!\s*(?:/|per\b|²|³|\^|squared|cubed))",
     re.IGNORECASE,
 )
+# what every conversion has, found fast: a number right after a verb or a hedge ("is 1.852", "about
+# 9.26"). A cheap test on the character before the blank finds the places (a digit is rarely after
+# one of these); the words before each are then compared; the full pattern runs only where one is, a
+# few texts in a hundred
+_AFTER_VERB = re.compile(r"\d(?:(?<=[seoty.=~≈]\s\d)|(?<=[~≈]\d))")
+_VERBS = (
+    "is", "are", "=", "equals", "equal to", "converts to", "corresponds to", "makes", "gives",
+    "about", "approximately", "approx.", "roughly", "exactly", "nearly", "~", "≈",
+)  # fmt: skip
+_VERB_ENDINGS = tuple(f"{word} " for word in _VERBS) + tuple(f"{word}\n" for word in _VERBS) + ("~", "≈")
+
+
+def _has_conversion(text: str) -> bool:
+    for match in _AFTER_VERB.finditer(text):
+        if text[max(0, match.start() - 16) : match.start()].endswith(_VERB_ENDINGS):
+            return True
+    return False
+
+
 # a conversion factor named for its units in code: ``km_per_mile = 1.852``
 _FACTOR = re.compile(
     r"\b(?P<to>[A-Za-z]+)_per_(?P<from>[A-Za-z]+)\s*=\s*(?P<n>\d+(?:\.\d+)?)\s*(?:#[^\n]*)?$",
@@ -147,6 +166,8 @@ def _off(stated: float, true: float) -> bool:
 def conversion_claims(text: str) -> list[tuple[str, str]]:
     """(claim as stated, the true value) for each unit conversion in ``text`` that checks false."""
     found: list[tuple[str, str]] = []
+    if not _has_conversion(text):
+        return _factor_claims(text)
     for match in _CONVERSION.finditer(text):
         source, target = _unit(match["u1"]), _unit(match["u2"])
         if source is None or target is None or source == target:
@@ -158,6 +179,13 @@ def conversion_claims(text: str) -> list[tuple[str, str]]:
         true = _converted(_number(match["n1"]), source, target)
         if true is not None and _off(_number(match["n2"]), true):
             found.append((match.group(0).strip(), f"{match['n1']} {match['u1']} is {true:.4g} {match['u2']}"))
+    return found + _factor_claims(text)
+
+
+def _factor_claims(text: str) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if "_per_" not in text:
+        return found
     for match in _FACTOR.finditer(text):
         source, target = _unit(match["from"]), _unit(match["to"])
         if source is None or target is None or source == target:
@@ -177,6 +205,8 @@ def given_rates(task: str) -> dict[str, float]:
     """The percentages the task gives, by the word they are given for (``tax``: 8.0); a word given
     two different values is left out (which one a step means cannot be told)."""
     rates: dict[str, set[float]] = {}
+    if "%" not in task and "percent" not in task:
+        return {}
     for match in _GIVEN_RATE.finditer(task):
         rates.setdefault(match["name"].lower(), set()).add(float(match["value"]))
     return {name: next(iter(values)) for name, values in rates.items() if len(values) == 1}
@@ -185,6 +215,9 @@ def given_rates(task: str) -> dict[str, float]:
 def rate_claims(text: str, rates: dict[str, float]) -> list[tuple[str, str]]:
     """(claim as stated, what the task gives) for each rate ``text`` sets otherwise than the task."""
     if not rates:
+        return []
+    lowered = text.lower()
+    if not any(name in lowered for name in rates):
         return []
     found: list[tuple[str, str]] = []
     for match in _SET_RATE.finditer(text):
