@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 TOLERANCE = 0.05  # a stated conversion off by more than this share of the true value is false
 MAX_CHARS = 4000  # a step's text read for claims (claims sit in plans and code, not in page dumps)
+MAX_UNIT_CHARS = 24  # a longer word is no unit (and is not handed to pint's parser)
 
 _NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?"
 _HEDGE = r"(?:about|approximately|approx\.?|roughly|exactly|nearly|~|≈)\s*"
@@ -122,7 +123,7 @@ def _registry() -> pint.UnitRegistry | None:
 def _unit(word: str) -> object | None:
     """The pint unit a word names, where it names a plain physical unit unambiguously."""
     lower = word.lower()
-    if lower in _NOT_UNITS or lower in _AMBIGUOUS or len(lower) < 2:
+    if lower in _NOT_UNITS or lower in _AMBIGUOUS or not 2 <= len(lower) <= MAX_UNIT_CHARS:
         return None
     registry = _registry()
     if registry is None:

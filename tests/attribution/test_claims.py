@@ -39,6 +39,7 @@ def test_a_wrong_conversion_checks_false(text: str, true: str) -> None:
         "a year is 300 days",  # a year of what calendar, and days are words too
         "60 km is 40 miles per hour",  # a rate, not a length
         "km_per_mile = 1.609344",
+        "1 " + "kilo" * 40 + "metre is 3 miles",  # no unit is this long
     ],
 )
 def test_what_is_not_a_wrong_conversion_is_left_alone(text: str) -> None:
