@@ -41,7 +41,6 @@ _FUNCTION_WORDS = frozenset(
     "what which when where whom whose that this these those there their then than from with into onto "
     "about does have will would should could were been being your they them also only just each".split()
 )
-CODE_CONTEXT_CHARS = 8  # what is compared around a piece of code to tell the task's from a message's own
 MIN_TASK_WORDS = 5  # a task of fewer words is not told apart from a message that mentions it
 
 
@@ -139,10 +138,14 @@ def _opening_by_a_giver(
 
 def _own_code(text: str, task: _Task) -> bool:
     """Whether a message holds code that the task does not: what reads as code ("Author(s)", "f(x) =")
-    with a few characters around it, not found in the task's text."""
+    with the words either side of it, not found in the task's text. (Words, not characters: a task
+    rewritten on its way keeps its words but not what surrounds them, "Return it as appearing" read
+    back as "return it as it appears".)"""
     squeezed = _squeezed(text)
     for found in _CODE.finditer(squeezed):
-        around = squeezed[max(0, found.start() - CODE_CONTEXT_CHARS) : found.end() + CODE_CONTEXT_CHARS]
+        before = squeezed.rfind(" ", 0, max(0, found.start() - 1)) + 1
+        after = squeezed.find(" ", found.end() + 1)
+        around = squeezed[before : after if after >= 0 else len(squeezed)]
         if around not in task.squeezed:
             return True
     return False

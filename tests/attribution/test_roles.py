@@ -89,6 +89,23 @@ def test_a_task_rewritten_before_it_reached_the_agents_is_still_given() -> None:
         task=cited,
     )
     assert givers(rewritten) == {"System", "User"}  # ("Author(s)" reads as code, but it is the task's)
+    # reworded on its way: "return" reads as code, and the words around it are the task's
+    asked = "What is the oldest Blu-Ray in this spreadsheet? Return it as appearing in the sheet."
+    reworded = run(
+        ("System", "You are an expert assistant who can solve any task using code blobs."),
+        (
+            "User",
+            "New task:\nYou have one question to answer. It is important that you provide an answer; "
+            "failure is not an option! Here is the task: What is the oldest Blu-Ray in this spreadsheet? "
+            "return it as it appears there. Noteworthy titles include Time-Parking 2 from 2009, Cereal "
+            "Killer III from 2011 and Windshield Bug from 2016, each marked as missing or rented out.",
+        ),
+        ("Manager", "Plan: 1. read the sheet with a tool. 2. sort the Blu-Rays by year."),
+        ("User", "Now proceed and carry out this plan."),
+        ("Manager", "The oldest is Time-Parking 2."),
+        task=asked,
+    )
+    assert givers(reworded) == {"System", "User"}
     # a coordinator that opens with work of its own (code) is no task-giver, whatever it says later
     coordinated = run(
         ("Lead", "```python\nmiles = [5, 11]\n```"),
