@@ -24,13 +24,12 @@ AEGIS_PER_SHAPE = 30  # the first runs of each shape in the file: every shape, i
 # recorded with the shipped model (docs/benchmarks.md, "Real failures"): runs right (agent, step;
 # TRAIL: the blamed span annotated; AEGIS: a faulty agent, and the blamed agent's failure mode and its
 # MAST group where it is faulty) and decided
-RECORDED: dict[str, dict[str, int]] = {  # 2026-12-02, refitted with issue 32's new task-givers
+RECORDED: dict[str, dict[str, int]] = {  # 2026-12-02 03:11, refitted with code of one's own read by words
     "ww-Algorithm-Generated": {"runs": 76, "agent": 50, "step": 33, "decided": 11, "decided_right": 10},
     "ww-Hand-Crafted": {"runs": 30, "agent": 16, "step": 6, "decided": 1, "decided_right": 1},
-    "trail-gaia": {"runs": 54, "agent": 48, "hit": 30, "decided": 44, "decided_right": 44},
+    "trail-gaia": {"runs": 54, "agent": 48, "hit": 30, "decided": 45, "decided_right": 45},
     "trail-swe_bench": {"runs": 13, "agent": 13, "hit": 9, "decided": 13, "decided_right": 13},
-    # (claims that check false, 2026-12-02: one more verdict decided and right; one mode moved)
-    "aegis": {"runs": 210, "agent": 131, "decided": 35, "decided_right": 32, "mode": 64, "group": 84},
+    "aegis": {"runs": 210, "agent": 131, "decided": 35, "decided_right": 32, "mode": 62, "group": 82},
 }
 # AEGIS's own names for the speakers that relay its task, never labelled faulty (its README): a check of
 # the data set's labels on the verdicts, not something a method reads
