@@ -164,36 +164,34 @@ def _off(stated: float, true: float) -> bool:
     return true > 0 and not math.isclose(stated, true, rel_tol=TOLERANCE)
 
 
+def _true_if_off(amount: float, source_word: str, stated: float, target_word: str) -> float | None:
+    """What ``amount`` ``source_word`` is in ``target_word``, where ``stated`` is off from it (None
+    where the words are no checked units, or the stated value holds)."""
+    source, target = _unit(source_word), _unit(target_word)
+    if source is None or target is None or source == target:
+        return None
+    true = _converted(amount, source, target)
+    return true if true is not None and _off(stated, true) else None
+
+
 def conversion_claims(text: str) -> list[tuple[str, str]]:
     """(claim as stated, the true value) for each unit conversion in ``text`` that checks false."""
     found: list[tuple[str, str]] = []
-    if not _has_conversion(text):
-        return _factor_claims(text)
-    for match in _CONVERSION.finditer(text):
-        source, target = _unit(match["u1"]), _unit(match["u2"])
-        if source is None or target is None or source == target:
-            continue
-        if _qualified(text, match.start("u1")) or _qualified(text, match.start("u2")):
-            continue
-        if text[match.end("u1") : match.end("u1") + 1] == "_":
-            continue
-        true = _converted(_number(match["n1"]), source, target)
-        if true is not None and _off(_number(match["n2"]), true):
-            found.append((match.group(0).strip(), f"{match['n1']} {match['u1']} is {true:.4g} {match['u2']}"))
-    return found + _factor_claims(text)
-
-
-def _factor_claims(text: str) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    if "_per_" not in text:
-        return found
-    for match in _FACTOR.finditer(text):
-        source, target = _unit(match["from"]), _unit(match["to"])
-        if source is None or target is None or source == target:
-            continue
-        true = _converted(1.0, source, target)
-        if true is not None and _off(float(match["n"]), true):
-            found.append((match.group(0).strip(), f"one {match['from']} is {true:.4g} {match['to']}"))
+    if _has_conversion(text):
+        for match in _CONVERSION.finditer(text):
+            if _qualified(text, match.start("u1")) or _qualified(text, match.start("u2")):
+                continue
+            if text[match.end("u1") : match.end("u1") + 1] == "_":
+                continue
+            true = _true_if_off(_number(match["n1"]), match["u1"], _number(match["n2"]), match["u2"])
+            if true is not None:
+                said = f"{match['n1']} {match['u1']} is {true:.4g} {match['u2']}"
+                found.append((match.group(0).strip(), said))
+    if "_per_" in text:
+        for match in _FACTOR.finditer(text):
+            true = _true_if_off(1.0, match["from"], float(match["n"]), match["to"])
+            if true is not None:
+                found.append((match.group(0).strip(), f"one {match['from']} is {true:.4g} {match['to']}"))
     return found
 
 

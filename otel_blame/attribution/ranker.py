@@ -322,13 +322,15 @@ def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -
     decides (``agent_rule``)."""
     steps = rows.trajectory.steps
     root = rows.reading.root_dependency()
-    proof = proven_wrong(rows)
+    if root is not None and root not in rows.candidates:
+        root = None
+    proof = proven_wrong(rows) if root is None else None  # (a failing dependency comes first)
     agents: list[tuple[float, str]] = []
     table = None
     if model.agent is not None:
         table = agent_rows(rows, ranked)
         agents = agent_probabilities(table, model.agent)
-    if root is not None and root in rows.candidates:
+    if root is not None:
         step = root
     elif proof is not None:
         step = proof.step
@@ -342,8 +344,6 @@ def judge(rows: StepRows, ranked: list[tuple[float, int]], model: RankerModel) -
         right = model.correctness.probability(support)
     else:
         right = support_of(rows, ranked, steps[step].agent)
-    if proof is not None and proof.step != step:
-        proof = None
     return Judgement(step=step, agents=agents, right=right, support=support, table=table, proof=proof)
 
 
